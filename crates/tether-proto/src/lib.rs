@@ -1,0 +1,20 @@
+//! The sans-IO core of MCP Streamable HTTP.
+//!
+//! Everything here is pure: no sockets, no clock, no async runtime. Time is passed in as
+//! [`std::time::Instant`] values and randomness through an injected source, so the logic is
+//! tested with virtual time and replayed exactly. The I/O layers in the `tether` crate are thin
+//! drivers around these types.
+//!
+//! - [`jsonrpc`]: JSON-RPC 2.0 messages as MCP uses them, with error classification.
+//! - [`version`]: MCP protocol versions and negotiation.
+//! - [`headers`]: the transport's HTTP headers, typed and validated.
+//! - [`ids`]: session, stream and event ids (`<stream>:<seq>`).
+//! - [`backoff`]: exponential backoff with full jitter, `retry`, `Retry-After` and budgets.
+//! - [`reconnect`]: the per-stream reconnect state machine.
+
+pub mod backoff;
+pub mod headers;
+pub mod ids;
+pub mod jsonrpc;
+pub mod reconnect;
+pub mod version;

@@ -1,0 +1,161 @@
+//! MCP protocol versions: which ones tether speaks, negotiation, the `MCP-Protocol-Version`
+//! header rule, and every behaviour that depends on the version.
+//!
+//! The transport keys version-dependent behaviour off one negotiated [`ProtocolVersion`] and
+//! the predicates on it ([`ProtocolVersion::allows_batches`] and friends), never off string
+//! comparisons scattered through the server and client (DESIGN.md, "Protocol scope").
+//!
+//! Not here: where the negotiated version is stored (the session), the `initialize` message
+//! itself ([`crate::jsonrpc`]), and the 400 body built from [`UnsupportedVersion`] (the
+//! server's error mapping). 2024-11-05 is the older HTTP+SSE transport and is not served by
+//! this crate.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// An MCP protocol version tether supports, ordered by date.
+///
+/// Deliberately not `#[non_exhaustive]`: adding a version should break every exhaustive
+/// `match` in the workspace so that each one is reviewed. 2026-07-28 (stateless: no sessions,
+/// no GET stream, no `Last-Event-ID`) is not supported yet; when it is, it is added here, to
+/// [`ProtocolVersion::SUPPORTED`], and its differences go into the predicates below (most
+/// return `false` for it, and a `is_stateless` predicate will gate sessions and resumability).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ProtocolVersion {
+    /// 2025-03-26: first Streamable HTTP version; JSON-RPC batches allowed.
+    #[serde(rename = "2025-03-26")]
+    V2025_03_26,
+    /// 2025-06-18: batches removed, `MCP-Protocol-Version` header added.
+    #[serde(rename = "2025-06-18")]
+    V2025_06_18,
+    /// 2025-11-25: priming events, server-initiated close ("polling"), 403 for bad `Origin`.
+    #[serde(rename = "2025-11-25")]
+    V2025_11_25,
+}
+
+impl ProtocolVersion {
+    /// Every supported version, oldest first; also the `data.supported` list of the 400 for an
+    /// unsupported `MCP-Protocol-Version` (CONTRACTS.md).
+    pub const SUPPORTED: [Self; 3] = [Self::V2025_03_26, Self::V2025_06_18, Self::V2025_11_25];
+
+    /// The newest supported version: what the server offers when the client's is unsupported.
+    pub const LATEST: Self = Self::V2025_11_25;
+
+    /// The version a request without `MCP-Protocol-Version` is assumed to speak when nothing
+    /// else says (MCP 2025-06-18, "Protocol Version Header": "the server SHOULD assume protocol
+    /// version 2025-03-26"; T52).
+    pub const ASSUMED_WITHOUT_HEADER: Self = Self::V2025_03_26;
+
+    /// The version's wire spelling, e.g. `"2025-06-18"`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::V2025_03_26 => "2025-03-26",
+            Self::V2025_06_18 => "2025-06-18",
+            Self::V2025_11_25 => "2025-11-25",
+        }
+    }
+
+    /// The supported version spelled exactly `value`, or [`UnsupportedVersion`].
+    pub fn parse(value: &str) -> Result<Self, UnsupportedVersion> {
+        Self::SUPPORTED
+            .into_iter()
+            .find(|v| v.as_str() == value)
+            .ok_or(UnsupportedVersion)
+    }
+
+    /// Whether a POST body may be a JSON-RPC batch (array).
+    ///
+    /// Only 2025-03-26: "MCP implementations MAY support sending JSON-RPC batches, but MUST
+    /// support receiving JSON-RPC batches"; 2025-06-18 made the body "a single JSON-RPC
+    /// request, notification, or response" (T11, T96).
+    #[must_use]
+    pub const fn allows_batches(self) -> bool {
+        matches!(self, Self::V2025_03_26)
+    }
+
+    /// Whether the server starts each SSE stream with a priming event (an id, empty data).
+    ///
+    /// From 2025-11-25 ("The server SHOULD immediately send an SSE event consisting of an event
+    /// ID and an empty data field"). Older clients JSON-parse every event and break on empty
+    /// data (go-sdk #768), so the session's negotiated version decides, not a later request's
+    /// header (T71, T72; CONTRACTS.md).
+    #[must_use]
+    pub const fn sends_priming_events(self) -> bool {
+        matches!(self, Self::V2025_11_25)
+    }
+
+    /// Whether the client must send `MCP-Protocol-Version` on every request after
+    /// initialization.
+    ///
+    /// From 2025-06-18 ("the client MUST include the `MCP-Protocol-Version: <protocol-version>`
+    /// HTTP header on all subsequent requests"; T50). The server never rejects its absence
+    /// (T52, see [`check_header`]).
+    #[must_use]
+    pub const fn requires_protocol_version_header(self) -> bool {
+        matches!(self, Self::V2025_06_18 | Self::V2025_11_25)
+    }
+}
+
+impl fmt::Display for ProtocolVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ProtocolVersion {
+    type Err = UnsupportedVersion;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// A version string tether does not support: malformed, too old (2024-11-05), or not yet
+/// supported (2026-07-28).
+///
+/// The server answers 400 with `data.supported` = [`ProtocolVersion::SUPPORTED`]
+/// (CONTRACTS.md); the offending value is not kept, so it cannot be echoed back to a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unsupported protocol version")]
+#[non_exhaustive]
+pub struct UnsupportedVersion;
+
+impl UnsupportedVersion {
+    /// The versions to list in the error's `data.supported`.
+    #[must_use]
+    pub const fn supported(&self) -> &'static [ProtocolVersion] {
+        &ProtocolVersion::SUPPORTED
+    }
+}
+
+/// The version the server answers an `initialize` with.
+///
+/// MCP lifecycle (spec digest §3.4): the client's requested version if the server supports it,
+/// otherwise another version the server supports, which "SHOULD be its latest". A client that
+/// cannot speak the answer disconnects; that is its decision, not ours.
+#[must_use]
+pub fn negotiate(requested: &str) -> ProtocolVersion {
+    ProtocolVersion::parse(requested).unwrap_or(ProtocolVersion::LATEST)
+}
+
+/// Checks a request's `MCP-Protocol-Version` header (CONTRACTS.md, T51, T52).
+///
+/// - Missing: `Ok(None)`. It counts as 2025-03-26 only for deciding whether it is supported,
+///   which it is, so the request proceeds under the session's version.
+/// - A supported version: `Ok(Some(v))`. If `v` differs from the session's negotiated
+///   version the request is still accepted, and *the session's version stays in force*
+///   (priming, batches); `v` is for logging only.
+/// - Anything else (including an empty value): `Err`, which the server answers with 400.
+///
+/// `header` is the field value; surrounding spaces and tabs are ignored, as RFC 9110 §5.5
+/// excludes them from a field value. On `initialize` the header is optional (spec digest §6.1
+/// item 9) and negotiation uses the body's `protocolVersion` via [`negotiate`].
+pub fn check_header(header: Option<&str>) -> Result<Option<ProtocolVersion>, UnsupportedVersion> {
+    match header {
+        None => Ok(None),
+        Some(value) => ProtocolVersion::parse(value.trim_matches([' ', '\t'])).map(Some),
+    }
+}

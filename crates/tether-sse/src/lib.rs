@@ -1,0 +1,1 @@
+//! WHATWG server-sent events codec (being written).

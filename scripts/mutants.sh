@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Mutation testing of the pure logic that everything else trusts: the SSE decoder and the
+# reconnect machine with its backoff. Not part of scripts/test.sh (it takes tens of minutes).
+# Install once: cargo install cargo-mutants --locked
+# Results land in target/mutants/<name>/mutants.out (missed.txt lists surviving mutants).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+run() {
+  local name=$1 package=$2
+  shift 2
+  local files=()
+  for f in "$@"; do files+=(--file "$f"); done
+  echo "=== mutants: $name"
+  # Exit 2 means "some mutants survived": that is the report, not a failure of the run.
+  cargo mutants --package "$package" "${files[@]}" --output "target/mutants/$name" \
+    --timeout 60 --test-workspace=false || [ $? -eq 2 ]
+  echo "--- missed:"
+  cat "target/mutants/$name/mutants.out/missed.txt" 2>/dev/null || true
+}
+
+run sse-decoder tether-sse 'crates/tether-sse/src/decoder*.rs'
+run reconnect tether-proto crates/tether-proto/src/reconnect.rs crates/tether-proto/src/backoff.rs

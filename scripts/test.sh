@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The one test command (README, .ci/run). Each stage prints how long it took. Benchmarks,
+# fuzzing, mutation testing and release builds are not part of it: see scripts/fuzz.sh,
+# scripts/mutants.sh and `cargo bench`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+
+total_start=$SECONDS
+timings=()
+
+stage() {
+  local name=$1
+  shift
+  echo
+  echo "=== stage: $name"
+  local start=$SECONDS
+  if "$@"; then
+    local took=$((SECONDS - start))
+    timings+=("$(printf '%-14s %5ds  ok' "$name" "$took")")
+    echo "=== stage: $name passed in ${took}s"
+  else
+    local code=$?
+    local took=$((SECONDS - start))
+    timings+=("$(printf '%-14s %5ds  FAILED' "$name" "$took")")
+    echo "=== stage: $name FAILED (exit $code) after ${took}s"
+    summary
+    exit "$code"
+  fi
+}
+
+summary() {
+  echo
+  echo "=== stage times"
+  printf '%s\n' "${timings[@]}"
+  echo "total          $((SECONDS - total_start))s"
+}
+
+stage setup      scripts/setup.sh
+stage fmt        cargo fmt --all -- --check
+stage deps       scripts/check-deps.sh
+stage clippy     cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
+stage doc        env RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --all-features --no-deps
+stage test       cargo test --locked --workspace --all-features
+summary
