@@ -10,14 +10,14 @@ forbidden='^(tokio|hyper|axum|reqwest|mio|async-std|smol|async-io|actix)(-.*)?$'
 
 status=0
 for crate in tether-sse tether-proto; do
-  graph=$(cargo tree --locked -p "$crate" --all-features --target all -e normal,build \
+  graph=$(cargo tree -p "$crate" --all-features --target all -e normal,build \
     --prefix none --format '{p}' | awk '{print $1}' | sort -u)
   bad=$(grep -E "$forbidden" <<<"$graph" || true)
   if [ -n "$bad" ]; then
     echo "check-deps: $crate depends on forbidden crates:" >&2
     while read -r name; do
       echo "  $name, reached through:" >&2
-      cargo tree --locked -p "$crate" --all-features --target all -e normal,build \
+      cargo tree -p "$crate" --all-features --target all -e normal,build \
         -i "$name" --prefix indent 2>/dev/null | sed 's/^/    /' >&2 || true
     done <<<"$bad"
     status=1

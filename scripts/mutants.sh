@@ -6,12 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+export PROPTEST_CASES=${PROPTEST_CASES:-64}  # keep each mutant run short; the full case count runs in scripts/test.sh
+
 run() {
   local name=$1 package=$2
   shift 2
   local files=()
   for f in "$@"; do files+=(--file "$f"); done
   echo "=== mutants: $name"
+  mkdir -p "target/mutants/$name"
   # Exit 2 means "some mutants survived": that is the report, not a failure of the run.
   cargo mutants --package "$package" "${files[@]}" --output "target/mutants/$name" \
     --timeout 60 --test-workspace=false || [ $? -eq 2 ]
@@ -19,5 +22,5 @@ run() {
   cat "target/mutants/$name/mutants.out/missed.txt" 2>/dev/null || true
 }
 
-run sse-decoder tether-sse 'crates/tether-sse/src/decoder*.rs'
+run sse-decoder tether-sse crates/tether-sse/src/decode.rs
 run reconnect tether-proto crates/tether-proto/src/reconnect.rs crates/tether-proto/src/backoff.rs
