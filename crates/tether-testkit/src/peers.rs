@@ -1,0 +1,324 @@
+//! Where `scripts/peers.sh` put the pinned MCP SDK peers, and the commands that start them.
+//!
+//! `scripts/peers.sh` installs into the workspace's `target/peers/` (a Python venv with the
+//! Python SDK, and an `npm ci` of `interop/package.json` with the TypeScript SDK, the
+//! conformance suite and a Node 22 binary). Our own small peer programs live in `interop/`.
+//! This module finds those files and describes how to run them: servers as
+//! [`ServerSpec`]s for the [`launcher`](crate::launcher), run-to-completion programs (the
+//! interop clients, the conformance CLI) as [`PeerCommand`]s. Every lookup fails with an
+//! error that says to run `scripts/peers.sh`: a test that needs a peer fails when it is
+//! missing, it never skips.
+//!
+//! The interop servers take `--bind HOST:PORT` (the launcher appends `--bind 127.0.0.1:0`)
+//! and print `peer: serving http://127.0.0.1:PORT/mcp` on stdout when listening.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{ExitStatus, Stdio},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use serde_json::Value;
+
+use crate::launcher::ServerSpec;
+
+/// A program and its arguments, ready to hand to a launcher or [`std::process::Command`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCommand {
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments (without `--bind`, which the launcher appends for servers).
+    pub args: Vec<String>,
+}
+
+impl PeerCommand {
+    /// `(program, args)`.
+    #[must_use]
+    pub fn into_parts(self) -> (PathBuf, Vec<String>) {
+        (self.program, self.args)
+    }
+
+    /// Appends arguments.
+    #[must_use]
+    pub fn with_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// A [`tokio::process::Command`] for it, killed when dropped.
+    #[must_use]
+    pub fn tokio_command(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(&self.program);
+        command.args(&self.args).kill_on_drop(true);
+        command
+    }
+
+    /// Runs it to completion with stdin closed, capturing stdout and stderr; kills it after
+    /// `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// When it cannot be started or does not finish in time (it is killed then).
+    pub async fn run(&self, timeout: Duration) -> anyhow::Result<PeerOutput> {
+        let child = self
+            .tokio_command()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.program.display()))?;
+        let output = tokio::time::timeout(timeout, child.wait_with_output())
+            .await
+            .with_context(|| format!("{self} did not finish within {timeout:?}"))??;
+        Ok(PeerOutput {
+            status: output.status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for PeerCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.program.display())?;
+        for arg in &self.args {
+            write!(f, " {arg}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How a [`PeerCommand`] ended and what it printed.
+#[derive(Debug, Clone)]
+pub struct PeerOutput {
+    /// The exit status.
+    pub status: ExitStatus,
+    /// Everything on stdout.
+    pub stdout: String,
+    /// Everything on stderr.
+    pub stderr: String,
+}
+
+impl PeerOutput {
+    /// Each non-empty stdout line parsed as JSON (the interop clients print one object per
+    /// line).
+    ///
+    /// # Errors
+    ///
+    /// When a line is not JSON.
+    pub fn json_lines(&self) -> anyhow::Result<Vec<Value>> {
+        self.stdout
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| {
+                serde_json::from_str(line)
+                    .with_context(|| format!("stdout line is not JSON: {line:?}"))
+            })
+            .collect()
+    }
+}
+
+/// The workspace root (two levels above this crate's manifest).
+#[must_use]
+pub fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/tether-testkit sits two levels below the workspace root")
+        .to_path_buf()
+}
+
+/// `target/peers/` in the workspace, where `scripts/peers.sh` installs.
+#[must_use]
+pub fn peers_dir() -> PathBuf {
+    workspace_dir().join("target").join("peers")
+}
+
+/// `interop/` in the workspace: our peer programs and the npm pins.
+#[must_use]
+pub fn interop_dir() -> PathBuf {
+    workspace_dir().join("interop")
+}
+
+fn installed(path: PathBuf, what: &str) -> anyhow::Result<PathBuf> {
+    if !path.exists() {
+        bail!(
+            "{what} not found at {}: run scripts/peers.sh to install the pinned peers",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The Python of the peers venv (with `mcp==2.3.0`).
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn python() -> anyhow::Result<PathBuf> {
+    installed(
+        peers_dir().join("py").join("bin").join("python"),
+        "the peers Python venv",
+    )
+}
+
+/// The Node 22 binary that the `node` npm package ships.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn node22() -> anyhow::Result<PathBuf> {
+    installed(
+        peers_dir().join("node/node_modules/node/bin/node"),
+        "the Node 22 binary",
+    )
+}
+
+/// `target/peers/node/node_modules`.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn node_modules() -> anyhow::Result<PathBuf> {
+    installed(peers_dir().join("node/node_modules"), "the npm peers")
+}
+
+/// The `node_modules/.bin` entry point of an installed npm package's binary, e.g.
+/// `conformance`, `mcp-server-everything` or `mcp-proxy`; run it with [`node22`].
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run or there is no such binary.
+pub fn npm_bin(name: &str) -> anyhow::Result<PathBuf> {
+    installed(node_modules()?.join(".bin").join(name), name)
+}
+
+fn interop_program(relative: &str) -> anyhow::Result<PathBuf> {
+    let path = interop_dir().join(relative);
+    ensure!(path.exists(), "missing interop program {}", path.display());
+    Ok(path)
+}
+
+fn node_program(script: &str) -> anyhow::Result<PeerCommand> {
+    let node = node22()?;
+    // interop/ts/*.mjs resolve the SDK through this symlink, which peers.sh makes.
+    installed(
+        interop_dir().join("node_modules"),
+        "the interop/node_modules link",
+    )?;
+    Ok(PeerCommand {
+        program: node,
+        args: vec![path_arg(&interop_program(script)?)],
+    })
+}
+
+fn server_spec(command: PeerCommand) -> ServerSpec {
+    ServerSpec::new(command.program).args(command.args)
+}
+
+fn python_program(script: &str) -> anyhow::Result<PeerCommand> {
+    Ok(PeerCommand {
+        program: python()?,
+        args: vec![path_arg(&interop_program(script)?)],
+    })
+}
+
+fn path_arg(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// `interop/python/server.py` for the launcher: the Python SDK server with the `count`
+/// tool, an event store and `retry` (500 ms). Add flags with [`ServerSpec::arg`]:
+/// `--retry-ms MS`, `--json-response`.
+///
+/// Its event store is shared by all sessions and the SDK names POST streams after the
+/// request id, so two sessions that use the same request id share a stream key: give each
+/// session's requests distinct ids when a test opens several sessions.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn python_server() -> anyhow::Result<ServerSpec> {
+    python_program("python/server.py").map(server_spec)
+}
+
+/// `interop/python/client.py URL N`: calls `count` with the Python SDK client and prints
+/// JSON lines (`{"progress": p, "total": t}`, `{"log": data}`, `{"result": …}`). Extra
+/// flags: `--interval-ms MS`, `--no-progress`.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn python_client(url: &str, n: u64) -> anyhow::Result<PeerCommand> {
+    Ok(python_program("python/client.py")?.with_args([url.to_owned(), n.to_string()]))
+}
+
+/// `interop/ts/server.mjs` for the launcher: the TypeScript SDK server with the `count`
+/// tool, sessions, an event store per session and `retry` (500 ms). Add flags with
+/// [`ServerSpec::arg`]: `--retry-ms MS`, `--json-response`.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn ts_server() -> anyhow::Result<ServerSpec> {
+    node_program("ts/server.mjs").map(server_spec)
+}
+
+/// `interop/ts/client.mjs URL N`: calls `count` with the TypeScript SDK client and prints
+/// the same JSON lines as [`python_client`]. Extra flags: `--interval-ms MS`,
+/// `--no-progress`.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn ts_client(url: &str, n: u64) -> anyhow::Result<PeerCommand> {
+    Ok(node_program("ts/client.mjs")?.with_args([url.to_owned(), n.to_string()]))
+}
+
+/// The official conformance suite CLI (`conformance server --url …`, `conformance client
+/// --command …`), run by Node 22.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn conformance() -> anyhow::Result<PeerCommand> {
+    Ok(PeerCommand {
+        program: node22()?,
+        args: vec![path_arg(&npm_bin("conformance")?)],
+    })
+}
+
+/// The reference server `@modelcontextprotocol/server-everything streamableHttp`, run by
+/// Node 22. It listens on env `PORT` (default 3001) on all interfaces and prints no ready line
+/// of ours: confine it (see peers.md) before starting it.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn everything_server() -> anyhow::Result<PeerCommand> {
+    Ok(PeerCommand {
+        program: node22()?,
+        args: vec![
+            path_arg(&npm_bin("mcp-server-everything")?),
+            "streamableHttp".to_owned(),
+        ],
+    })
+}
+
+/// `mcp-proxy` (a stdio-to-Streamable-HTTP gateway), run by Node 22. Usage:
+/// `--port P --host 127.0.0.1 --server stream -- CMD ARGS...`.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn mcp_proxy() -> anyhow::Result<PeerCommand> {
+    Ok(PeerCommand {
+        program: node22()?,
+        args: vec![path_arg(&npm_bin("mcp-proxy")?)],
+    })
+}

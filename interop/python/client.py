@@ -1,0 +1,56 @@
+"""Python SDK (mcp 2.3.0) client that tether's tests use as a reference peer.
+
+Connects to a Streamable HTTP endpoint, calls the `count` tool with a progress callback and
+prints one JSON line per received progress notification (`{"progress": p, "total": t}`) or
+log message (`{"log": data}`), then the result (`{"result": CallToolResult}`). The SDK resumes
+a cut stream with GET + Last-Event-ID by itself. Exits 0 on success, 1 if the tool failed.
+Usage: client.py URL N [--interval-ms MS] [--no-progress]
+"""
+
+import argparse
+import json
+import sys
+import warnings
+
+import anyio
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+warnings.filterwarnings("ignore")  # the logging capability is deprecated for 2026-07-28
+
+
+def emit(line: dict) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def number(x: float | None) -> float | int | None:
+    """Progress arrives as float; print 3, not 3.0, as the TypeScript client does."""
+    return int(x) if x is not None and float(x).is_integer() else x
+
+
+async def main(args: argparse.Namespace) -> int:
+    async def on_progress(progress, total, message):
+        emit({"progress": number(progress), "total": number(total)})
+
+    async def on_log(params):
+        emit({"log": params.data})
+
+    async with streamable_http_client(args.url) as (read, write):
+        async with ClientSession(read, write, logging_callback=on_log) as session:
+            await session.initialize()
+            result = await session.call_tool(
+                "count",
+                {"n": args.n, "interval_ms": args.interval_ms},
+                progress_callback=None if args.no_progress else on_progress,
+            )
+    emit({"result": result.model_dump(mode="json", by_alias=True, exclude_none=True)})
+    return 1 if result.is_error else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url")
+    parser.add_argument("n", type=int)
+    parser.add_argument("--interval-ms", type=int, default=0)
+    parser.add_argument("--no-progress", action="store_true", help="send no progressToken")
+    sys.exit(anyio.run(main, parser.parse_args()))
