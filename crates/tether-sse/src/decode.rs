@@ -297,9 +297,8 @@ impl Decoder {
             self.state
                 .process_line(&line, &self.limits, &mut self.items)?;
             self.partial.clear();
-            if self.partial.capacity() > RETAINED_LINE_CAPACITY {
-                self.partial.shrink_to(RETAINED_LINE_CAPACITY);
-            }
+            // A no-op unless the buffer has grown beyond the retained capacity.
+            self.partial.shrink_to(RETAINED_LINE_CAPACITY);
             self.pending_cr = bytes[len] == b'\r' && len + 1 == bytes.len();
             bytes = &bytes[len + terminator_len(bytes, len)..];
         }
@@ -435,13 +434,13 @@ impl State {
         }
         // Split on the first colon; a line without one is a field with an empty value.
         // Every known field name is at most `MAX_NAME` bytes, so only that many bytes
-        // are searched: a longer name is unknown whatever follows.
+        // are searched: a longer name is unknown whatever follows, and taking the whole
+        // line as the name (more than `MAX_NAME` bytes) matches no field below.
         const MAX_NAME: usize = 5;
         let head = &bytes[..bytes.len().min(MAX_NAME + 1)];
         let (name, value) = match head.iter().position(|&byte| byte == b':') {
             Some(colon) => (&line[..colon], strip_one_space(&line[colon + 1..])),
-            None if bytes.len() <= MAX_NAME => (line, ""),
-            None => return Ok(()),
+            None => (line, ""),
         };
         // Field names are compared literally, with no case folding; unknown ones are ignored.
         match name {

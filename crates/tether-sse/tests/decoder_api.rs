@@ -46,6 +46,49 @@ fn items_queued_before_finish_are_still_delivered() {
     assert_eq!(decoder.buffered_len(), 0);
 }
 
+/// Once finished, the stream is over: bytes fed later yield nothing and are not held.
+/// Guards decode.rs `Decoder::feed`: the `||` of the early return (empty, finished, errored).
+#[test]
+fn bytes_fed_after_finish_are_ignored() {
+    let mut decoder = Decoder::new();
+    decoder.feed(b"data: a\n\n");
+    decoder.finish();
+    decoder.feed(b"id: 9\ndata: b\n\ndata: partial");
+    assert_eq!(decoder.next_item(), Ok(Some(Item::Event(Event::new("a")))));
+    assert_eq!(decoder.next_item(), Ok(None));
+    assert_eq!(decoder.buffered_len(), 0);
+    assert_eq!(decoder.last_event_id(), "");
+}
+
+/// A zero-length read between the CR and the LF of a CRLF leaves one line end, not two:
+/// the two data lines still form one event. Guards decode.rs `Decoder::feed`: the `||` of
+/// the early return for empty input.
+#[test]
+fn an_empty_chunk_between_cr_and_lf_does_not_split_the_crlf() {
+    let mut decoder = Decoder::new();
+    decoder.feed(b"data: a\r");
+    decoder.feed(b"");
+    decoder.feed(b"\ndata: b\r\n\r\n");
+    assert_eq!(
+        decoder.next_item(),
+        Ok(Some(Item::Event(Event::new("a\nb"))))
+    );
+    assert_eq!(decoder.next_item(), Ok(None));
+}
+
+/// `limits()` reports the limits the decoder was built with, not the defaults.
+/// Guards decode.rs `Decoder::limits` (replaced by `Default::default()`).
+#[test]
+fn limits_reports_the_configured_limits() {
+    let limits = Limits::default()
+        .with_max_line_bytes(100)
+        .with_max_event_bytes(50);
+    let decoder = Decoder::with_limits(limits);
+    assert_eq!(decoder.limits(), limits);
+    assert_eq!(decoder.limits().max_line_bytes(), 100);
+    assert_eq!(decoder.limits().max_event_bytes(), 50);
+}
+
 #[test]
 fn items_before_an_error_are_delivered_then_the_error_forever() {
     let mut decoder = Decoder::with_limits(Limits::default().with_max_event_bytes(4));

@@ -119,10 +119,15 @@ fn many_empty_data_lines_count_toward_the_event_limit() {
     );
 }
 
+/// 16 MiB, written out rather than taken from [`DEFAULT_MAX_EVENT_BYTES`], so that a changed
+/// default fails the tests that use it.
+const SIXTEEN_MIB: usize = 16 * 1024 * 1024;
+
 /// The defaults admit a 16 MiB JSON-RPC message on one line and refuse one byte more.
+/// Guards decode.rs: the `*`s of `DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024`.
 #[test]
 fn default_limits_admit_exactly_the_default_event_size() {
-    let data = "x".repeat(DEFAULT_MAX_EVENT_BYTES);
+    let data = "x".repeat(SIXTEEN_MIB);
     let mut decoder = Decoder::new();
     for chunk in [b"data: ", data.as_bytes(), b"\n\n"] {
         decoder.feed(chunk);
@@ -130,17 +135,145 @@ fn default_limits_admit_exactly_the_default_event_size() {
     let Ok(Some(Item::Event(event))) = decoder.next_item() else {
         panic!("a 16 MiB event decodes with the default limits")
     };
-    assert_eq!(event.data().len(), DEFAULT_MAX_EVENT_BYTES);
+    assert_eq!(event.data().len(), SIXTEEN_MIB);
     drop(event);
     for chunk in [b"data: x", data.as_bytes(), b"\n\n"] {
         decoder.feed(chunk);
     }
     assert_eq!(
         decoder.next_item(),
-        Err(DecodeError::EventTooLarge {
-            limit: DEFAULT_MAX_EVENT_BYTES
-        })
+        Err(DecodeError::EventTooLarge { limit: SIXTEEN_MIB })
     );
+}
+
+/// The default line limit is the 16 MiB event plus 1 KiB: a comment line of exactly that
+/// length passes and one byte more is refused, whether it arrives in one chunk or split
+/// (held as an incomplete line, continued, then terminated). Guards decode.rs: the `+` of
+/// `DEFAULT_MAX_LINE_BYTES = DEFAULT_MAX_EVENT_BYTES + 1024`, and the `*`s of the event
+/// default it is built on.
+#[test]
+fn default_limits_admit_a_line_of_exactly_16_mib_plus_1_kib() {
+    let limit = SIXTEEN_MIB + 1024;
+    let half = limit / 2;
+    let too_long = DecodeError::LineTooLong { limit };
+    let mut line = vec![b'c'; limit + 2];
+    line[0] = b':';
+    *line.last_mut().unwrap() = b'\n';
+    // `line` is a comment one byte over the limit; `at_limit` is one `c` shorter.
+    let at_limit = [&line[..limit], b"\n"].concat();
+
+    let mut decoder = Decoder::new();
+    decoder.feed(&at_limit);
+    let Ok(Some(Item::Comment(text))) = decoder.next_item() else {
+        panic!("a line of exactly the default limit, in one chunk, is accepted")
+    };
+    assert_eq!(text.len(), limit - 1);
+
+    let mut decoder = Decoder::new();
+    for chunk in [&at_limit[..half], &at_limit[half..limit], b"\n"] {
+        decoder.feed(chunk);
+    }
+    let Ok(Some(Item::Comment(text))) = decoder.next_item() else {
+        panic!("a line of exactly the default limit, in three chunks, is accepted")
+    };
+    assert_eq!(text.len(), limit - 1);
+
+    let mut decoder = Decoder::new();
+    decoder.feed(&line);
+    assert_eq!(decoder.next_item(), Err(too_long.clone()));
+
+    let mut decoder = Decoder::new();
+    decoder.feed(&line[..half]);
+    decoder.feed(&line[half..=limit]);
+    // Refused before its terminator arrives.
+    assert_eq!(decoder.next_item(), Err(too_long));
+}
+
+/// Feeds `stream` cut at `cuts` (ascending), then pulls until the decoder has nothing more
+/// to give: the items, then the error it stopped on, if any.
+fn outcome(limits: Limits, stream: &[u8], cuts: &[usize]) -> (Vec<Item>, Option<DecodeError>) {
+    let mut decoder = Decoder::with_limits(limits);
+    let mut start = 0;
+    for &cut in cuts.iter().chain([&stream.len()]) {
+        decoder.feed(&stream[start..cut]);
+        start = cut;
+    }
+    let mut items = Vec::new();
+    loop {
+        match decoder.next_item() {
+            Ok(Some(item)) => items.push(item),
+            Ok(None) => return (items, None),
+            Err(error) => return (items, Some(error)),
+        }
+    }
+}
+
+/// Every way of cutting `stream` into three chunks (some possibly empty) gives `expected`.
+fn assert_every_cut(limits: Limits, stream: &[u8], expected: &(Vec<Item>, Option<DecodeError>)) {
+    for first in 0..=stream.len() {
+        for second in first..=stream.len() {
+            assert_eq!(
+                &outcome(limits, stream, &[first, second]),
+                expected,
+                "{:?} cut at {first} and {second}",
+                String::from_utf8_lossy(stream),
+            );
+        }
+    }
+}
+
+/// A line of exactly `max_line_bytes` is accepted and one byte more is `LineTooLong`, with
+/// or without its terminator, however it is cut into chunks. Guards decode.rs `interpret`:
+/// `>` in the line-limit check on an incomplete line continued by a chunk without a line
+/// end, and the `+` adding the held part of a line to the part that completes it.
+#[test]
+fn the_line_limit_is_exact_however_the_line_is_chunked() {
+    let limits = Limits::default()
+        .with_max_line_bytes(10)
+        .with_max_event_bytes(100);
+    let too_long = Some(DecodeError::LineTooLong { limit: 10 });
+    let cases: [(&[u8], _); 4] = [
+        (
+            b"data: 1234\n\n",
+            (vec![Item::Event(Event::new("1234"))], None),
+        ),
+        (b"data: 12345\n\n", (vec![], too_long.clone())),
+        (b"data: 1234", (vec![], None)),
+        (b"data: 12345", (vec![], too_long)),
+    ];
+    for (stream, expected) in &cases {
+        assert_every_cut(limits, stream, expected);
+    }
+}
+
+/// A line holding invalid UTF-8 is measured in the bytes received, not decoded (each bad
+/// byte becomes a 3-byte U+FFFD), with the same exact boundary. Guards decode.rs
+/// `interpret`: `>` in the line-limit check of the lossy path taken after invalid UTF-8.
+#[test]
+fn a_line_with_invalid_utf8_is_measured_in_received_bytes() {
+    let limits = Limits::default()
+        .with_max_line_bytes(10)
+        .with_max_event_bytes(100);
+    let too_long = Some(DecodeError::LineTooLong { limit: 10 });
+    let replaced = Item::Comment("\u{FFFD}".into());
+    let cases: [(&[u8], _); 4] = [
+        (
+            b"data: 123\xFF\n\n",
+            (vec![Item::Event(Event::new("123\u{FFFD}"))], None),
+        ),
+        (b"data: 1234\xFF\n\n", (vec![], too_long.clone())),
+        (
+            b":\xFF\ndata: 1234\n\n",
+            (
+                vec![replaced.clone(), Item::Event(Event::new("1234"))],
+                None,
+            ),
+        ),
+        (b":\xFF\ndata: 12345\n\n", (vec![replaced], too_long)),
+    ];
+    for (stream, expected) in &cases {
+        assert_every_cut(limits, stream, expected);
+    }
 }
 
 #[test]

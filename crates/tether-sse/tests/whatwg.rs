@@ -228,6 +228,16 @@ fn t111_an_id_containing_nul_is_ignored() {
     );
 }
 
+/// T111, with two NULs: any U+0000 in the value makes it ignored, not an odd count of them.
+/// Guards decode.rs `contains_nul`: the `|` folding the per-byte test.
+#[test]
+fn t111_an_id_containing_two_nuls_is_ignored_too() {
+    assert_eq!(
+        decode(b"id: 1\n\nid: \0\0\n\nid: a\0b\0\ndata: c\n\n"),
+        [Item::LastEventId("1".into()), event_with_id("c", "1")]
+    );
+}
+
 /// T112 `id:` with an empty value sets the last event ID to empty, so the next reconnect
 /// sends no `Last-Event-ID`.
 #[test]
