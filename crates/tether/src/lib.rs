@@ -5,8 +5,17 @@
 //! reconnect state machine) and [`tether_sse`] (the server-sent events codec). Those two crates
 //! are re-exported as [`proto`] and [`sse`] so that applications need only this one dependency.
 //!
-//! The server, the client and the durable stores arrive with their own issues; until then this
-//! crate offers the pure building blocks only. See `docs/ARCHITECTURE.md` for the plan.
+//! - [`store`]: the event and session stores behind every stream (memory now; SQLite and Redis
+//!   arrive with their issues).
+//! - [`server`] (feature `server`): the Streamable HTTP endpoint, the handler API, and
+//!   `serve`.
+//! - [`demo`] (feature `server`): the built-in demo server of `tether serve`.
 
 pub use tether_proto as proto;
 pub use tether_sse as sse;
+
+#[cfg(feature = "server")]
+pub mod demo;
+#[cfg(feature = "server")]
+pub mod server;
+pub mod store;

@@ -1,0 +1,713 @@
+//! [`MemoryEventStore`]: stream logs of pre-encoded SSE frames, held per session.
+//!
+//! This module owns the in-memory layout of streams, the per-session caps and their eviction
+//! order, retention of completed streams, and tombstones for removed streams. It does not own
+//! what a frame means to a client or when the server writes it.
+//!
+//! Layout: a shard per session (one mutex) holds the session's streams; each stream is a
+//! `VecDeque` of frames indexed by `seq - first_seq`, so append is amortized O(1) and a seek
+//! by seq is O(1). Two store-wide maps (sessions, stream index) are locked only for look-ups
+//! and inserts. Locks are always taken in the order sessions → shard → tombstones → index,
+//! and never across an `.await`.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use tether_proto::ids::{EventId, SessionId, StreamId};
+use tether_sse::EventFrame;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::{MemoryStoreConfig, guard};
+use crate::store::{
+    EventStore, ReadBatch, SessionUsage, StoreError, StoredEvent, StreamKind, StreamOwner,
+};
+
+/// The in-process [`EventStore`]: fast, bounded, and gone with the process.
+///
+/// Frames are encoded once, at append; reads hand out clones of the stored [`Bytes`] (a
+/// reference-count increment each). Completed streams stay readable for
+/// [`MemoryStoreConfig::retention`]; expired ones are removed lazily whenever their session is
+/// touched, and by [`sweep_expired`](Self::sweep_expired) or the task
+/// [`spawn_sweeper`](Self::spawn_sweeper) starts, for sessions nobody touches. A session's own
+/// bookkeeping (a few hundred bytes) lives until [`EventStore::remove_session`].
+pub struct MemoryEventStore {
+    shared: Arc<Shared>,
+}
+
+impl MemoryEventStore {
+    /// A store with these bounds (caps below 1 act as 1).
+    #[must_use]
+    pub fn new(config: MemoryStoreConfig) -> Self {
+        let config = MemoryStoreConfig {
+            max_events_per_session: config.max_events_per_session.max(1),
+            max_bytes_per_session: config.max_bytes_per_session.max(1),
+            max_streams_per_session: config.max_streams_per_session.max(1),
+            ..config
+        };
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                sessions: Mutex::default(),
+                index: Mutex::default(),
+                tombstones: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The bounds this store enforces.
+    #[must_use]
+    pub fn config(&self) -> &MemoryStoreConfig {
+        &self.shared.config
+    }
+
+    /// Removes, in every session, the completed streams whose retention had run out at `now`
+    /// (each leaves a tombstone), and returns how many were removed.
+    ///
+    /// Sessions that are read or written expire their streams on the way; this is for the
+    /// sessions nobody touches any more. Cost: one lock per session.
+    pub fn sweep_expired(&self, now: Instant) -> usize {
+        let shards: Vec<Arc<Shard>> = guard(&self.shared.sessions).values().cloned().collect();
+        shards
+            .iter()
+            .map(|shard| self.shared.lock(shard, now).removed.len())
+            .sum()
+    }
+
+    /// Spawns a task that calls [`sweep_expired`](Self::sweep_expired) every `period` (a tenth
+    /// of the retention is plenty). The task holds only a weak reference and ends once the
+    /// store is dropped; abort the handle to stop it earlier.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, or if `period` is zero.
+    pub fn spawn_sweeper(&self, period: Duration) -> JoinHandle<()> {
+        let shared = Arc::downgrade(&self.shared);
+        let mut ticks = tokio::time::interval(period);
+        // A sweep that ran late needs no catching up: one sweep removes all that expired.
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::spawn(async move {
+            loop {
+                ticks.tick().await;
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                Self { shared }.sweep_expired(Instant::now());
+            }
+        })
+    }
+}
+
+impl Default for MemoryEventStore {
+    fn default() -> Self {
+        Self::new(MemoryStoreConfig::default())
+    }
+}
+
+impl fmt::Debug for MemoryEventStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryEventStore")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl EventStore for MemoryEventStore {
+    async fn create_stream(
+        &self,
+        owner: &StreamOwner,
+        // Both kinds are stored alike: a standalone stream is one the server never completes.
+        _kind: StreamKind,
+        retry: Duration,
+    ) -> Result<StreamId, StoreError> {
+        let shared = &*self.shared;
+        let stream = StreamId::generate();
+        let priming = Slot::priming(stream, retry);
+        let len = priming.frame.len();
+        if len > shared.config.max_bytes_per_session {
+            return Err(StoreError::EventTooLarge);
+        }
+
+        // Holding the sessions map until the shard is locked serializes this with
+        // `remove_session`: the stream lands either in a shard that removal then empties, or
+        // in a fresh one; never in a shard already removed, where it would leak.
+        let mut sessions = guard(&shared.sessions);
+        let shard = Arc::clone(
+            sessions
+                .entry(owner.session.clone())
+                .or_insert_with(|| Arc::new(Shard::new(owner.session.clone()))),
+        );
+        let mut locked = shared.lock(&shard, Instant::now());
+        drop(sessions);
+
+        // Completed streams make room for new ones; only live streams count against the cap
+        // in the end, so a busy session is not refused for what it already finished.
+        while locked.state.streams.len() >= shared.config.max_streams_per_session {
+            if !locked.evict_oldest_completed() {
+                return Err(StoreError::TooManyStreams);
+            }
+        }
+        let state = &mut *locked.state;
+        state.streams.insert(
+            stream,
+            StreamLog::new(Arc::clone(&owner.principal), priming),
+        );
+        state.usage.streams += 1;
+        state.usage.events += 1;
+        state.usage.bytes += len;
+        state.appended.push_back((stream, EventId::PRIMING_SEQ));
+        locked.evict_to_caps();
+        guard(&shared.index).insert(stream, Arc::clone(&shard));
+        Ok(stream)
+    }
+
+    async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError> {
+        let message = validate(message)?;
+        let shared = &*self.shared;
+        let Some(shard) = shared.shard_of(stream) else {
+            return Err(shared.gone_for_writer(stream));
+        };
+        let mut locked = shared.lock(&shard, Instant::now());
+        let Some(log) = locked.state.streams.get_mut(&stream) else {
+            drop(locked);
+            return Err(shared.gone_for_writer(stream));
+        };
+        if log.complete {
+            return Err(StoreError::Completed);
+        }
+        // Encoded under the session's lock because the frame carries the seq; only this
+        // session's operations wait for it.
+        let id = EventId::new(stream, log.next_seq());
+        let slot = Slot::message(id, message);
+        let len = slot.frame.len();
+        if len > shared.config.max_bytes_per_session {
+            return Err(StoreError::EventTooLarge);
+        }
+        log.push(slot);
+        let state = &mut *locked.state;
+        state.usage.events += 1;
+        state.usage.bytes += len;
+        state.appended.push_back((stream, id.seq));
+        // The new event is the session's newest and fits the caps alone, so eviction stops
+        // before reaching it.
+        locked.evict_to_caps();
+        Ok(id)
+    }
+
+    async fn complete(&self, stream: StreamId) -> Result<(), StoreError> {
+        let shared = &*self.shared;
+        let Some(shard) = shared.shard_of(stream) else {
+            return shared.gone_for_completion(stream);
+        };
+        let now = Instant::now();
+        let mut locked = shared.lock(&shard, now);
+        let Some(log) = locked.state.streams.get_mut(&stream) else {
+            drop(locked);
+            return shared.gone_for_completion(stream);
+        };
+        // Idempotent: completing twice is not an error, and must not restart retention.
+        if !log.complete {
+            log.complete = true;
+            log.progress
+                .send_modify(|progress| progress.complete = true);
+            locked.state.completed.push_back((now, stream));
+        }
+        Ok(())
+    }
+
+    async fn read_after(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        after: u64,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        // `after == u64::MAX` has nothing after it: an empty batch, as for any cursor past the
+        // end.
+        self.shared.read(owner, stream, after.checked_add(1), limit)
+    }
+
+    async fn read_from_start(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        self.shared
+            .read(owner, stream, Some(EventId::PRIMING_SEQ), limit)
+    }
+
+    /// Also returns `Ok(())` at once for a stream that is unknown or already gone: the wait is
+    /// over either way, and the next read says why.
+    async fn wait_for_more(&self, stream: StreamId, after: u64) -> Result<(), StoreError> {
+        let Some(shard) = self.shared.shard_of(stream) else {
+            return Ok(());
+        };
+        let mut progress = {
+            let state = guard(&shard.state);
+            let Some(log) = state.streams.get(&stream) else {
+                return Ok(());
+            };
+            // Subscribed under the session lock: every append after this point changes the
+            // value watched, and `wait_for` checks the current value first, so an event stored
+            // before the call is not missed either.
+            log.progress.subscribe()
+        };
+        // An error means the sender was dropped with its stream (session removed): the wait
+        // is over too. Dropping this future mid-wait loses nothing (cancel-safe).
+        let _ = progress
+            .wait_for(|progress| progress.satisfies(after))
+            .await;
+        Ok(())
+    }
+
+    async fn remove_session(&self, session: &SessionId) -> Result<(), StoreError> {
+        let shared = &*self.shared;
+        let Some(shard) = guard(&shared.sessions).remove(session) else {
+            return Ok(());
+        };
+        let removed = {
+            let mut state = guard(&shard.state);
+            let removed = std::mem::take(&mut *state);
+            let mut index = guard(&shared.index);
+            for stream in removed.streams.keys() {
+                index.remove(stream);
+            }
+            removed
+        };
+        // Dropping the logs drops their watch senders, which ends every wait on them. Done
+        // after the locks are released, since it may free a lot of memory.
+        drop(removed);
+        Ok(())
+    }
+
+    async fn usage(&self, session: &SessionId) -> Result<SessionUsage, StoreError> {
+        let shared = &*self.shared;
+        let Some(shard) = guard(&shared.sessions).get(session).cloned() else {
+            return Ok(SessionUsage::default());
+        };
+        // Through `lock`, so streams past their retention are not counted.
+        let usage = shared.lock(&shard, Instant::now()).state.usage;
+        Ok(usage)
+    }
+}
+
+/// Checks that `message` fits in one `data:` line and returns it as text.
+fn validate(message: &[u8]) -> Result<&str, StoreError> {
+    if message.is_empty() {
+        // Empty data is the priming event's mark; a client skips it.
+        return Err(StoreError::InvalidMessage("empty"));
+    }
+    // The encoder would split a message at CR or LF over several `data:` lines, which a reader
+    // joins with LF: the client would get a different message than the one stored.
+    if message.iter().any(|&b| b == b'\r' || b == b'\n') {
+        return Err(StoreError::InvalidMessage("contains a line break"));
+    }
+    std::str::from_utf8(message).map_err(|_| StoreError::InvalidMessage("not UTF-8"))
+}
+
+/// State shared by a store and its sweeper task.
+struct Shared {
+    config: MemoryStoreConfig,
+    /// Each session's shard. Also what makes a session "alive" for tombstones: a tombstone of
+    /// a removed session reads as `UnknownStream`, like the rest of that session.
+    sessions: Mutex<HashMap<SessionId, Arc<Shard>>>,
+    /// The shard holding each stream, for the operations addressed by stream id alone.
+    index: Mutex<HashMap<StreamId, Arc<Shard>>>,
+    tombstones: Mutex<Tombstones>,
+}
+
+impl Shared {
+    fn shard_of(&self, stream: StreamId) -> Option<Arc<Shard>> {
+        guard(&self.index).get(&stream).cloned()
+    }
+
+    /// Locks `shard` and first removes its streams past retention at `now`.
+    fn lock<'a>(&'a self, shard: &'a Shard, now: Instant) -> Locked<'a> {
+        let mut locked = Locked {
+            shared: self,
+            shard,
+            state: guard(&shard.state),
+            removed: Vec::new(),
+        };
+        locked.expire(now);
+        locked
+    }
+
+    /// Reads `stream` from seq `from` on (`None`: past any seq).
+    fn read(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        from: Option<u64>,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        let Some(shard) = self.shard_of(stream) else {
+            return Err(self.gone_for_reader(owner, stream));
+        };
+        // MCP 2025-11-25 transports: a server MUST NOT replay another stream's messages, and
+        // a foreign stream must look like no stream at all (CONTRACTS.md).
+        if shard.session != owner.session {
+            return Err(StoreError::UnknownStream);
+        }
+        let locked = self.lock(&shard, Instant::now());
+        let Some(log) = locked.state.streams.get(&stream) else {
+            drop(locked);
+            return Err(self.gone_for_reader(owner, stream));
+        };
+        if log.principal != owner.principal {
+            return Err(StoreError::UnknownStream);
+        }
+        log.read(stream, from, limit)
+    }
+
+    /// Why a reader cannot find `stream`: `Expired` if it was removed after completion and
+    /// belongs to `owner`, whose session is still alive; otherwise `UnknownStream`.
+    fn gone_for_reader(&self, owner: &StreamOwner, stream: StreamId) -> StoreError {
+        let tombstone = guard(&self.tombstones).owners.get(&stream).cloned();
+        match tombstone {
+            Some(was) if was == *owner && self.session_alive(&was.session) => StoreError::Expired,
+            _ => StoreError::UnknownStream,
+        }
+    }
+
+    /// Why a writer cannot find `stream`: only completed streams are ever removed alone, so a
+    /// tombstone means it was complete.
+    fn gone_for_writer(&self, stream: StreamId) -> StoreError {
+        if self.tombstoned(stream) {
+            StoreError::Completed
+        } else {
+            StoreError::UnknownStream
+        }
+    }
+
+    /// Completing a removed stream: it was complete already, which is fine.
+    fn gone_for_completion(&self, stream: StreamId) -> Result<(), StoreError> {
+        if self.tombstoned(stream) {
+            Ok(())
+        } else {
+            Err(StoreError::UnknownStream)
+        }
+    }
+
+    fn tombstoned(&self, stream: StreamId) -> bool {
+        let session = guard(&self.tombstones)
+            .owners
+            .get(&stream)
+            .map(|owner| owner.session.clone());
+        session.is_some_and(|session| self.session_alive(&session))
+    }
+
+    fn session_alive(&self, session: &SessionId) -> bool {
+        guard(&self.sessions).contains_key(session)
+    }
+}
+
+/// One session's streams, behind the session's lock.
+struct Shard {
+    session: SessionId,
+    state: Mutex<SessionState>,
+}
+
+impl Shard {
+    fn new(session: SessionId) -> Self {
+        Self {
+            session,
+            state: Mutex::default(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct SessionState {
+    streams: HashMap<StreamId, StreamLog>,
+    /// Kept equal to the sums over `streams`, so reading it and checking caps is O(1).
+    usage: SessionUsage,
+    /// The completed streams, oldest completion first: retention expires them from the front
+    /// (retention is the same for all), and cap eviction takes whole streams from the front.
+    completed: VecDeque<(Instant, StreamId)>,
+    /// `(stream, seq)` of the session's events in append order, for evicting the oldest live
+    /// event in O(1). Entries of events removed otherwise (whole completed streams) are stale
+    /// and skipped; [`compact`](Self::compact) bounds how many there are.
+    appended: VecDeque<(StreamId, u64)>,
+}
+
+impl SessionState {
+    /// Evicts the session's oldest event still stored; false if there is none.
+    ///
+    /// Called only once no completed stream is left, so every stored event met here belongs to
+    /// a live stream.
+    fn evict_oldest_live_event(&mut self) -> bool {
+        while let Some((stream, seq)) = self.appended.pop_front() {
+            let Some(log) = self.streams.get_mut(&stream) else {
+                continue;
+            };
+            // Within a stream, events leave from the front in seq order, so a valid entry is
+            // the stream's first stored event; an older seq was removed with its stream.
+            if seq != log.first_seq {
+                debug_assert!(seq < log.first_seq, "eviction order broken");
+                continue;
+            }
+            let Some(slot) = log.slots.pop_front() else {
+                continue;
+            };
+            log.first_seq += 1;
+            log.bytes -= slot.frame.len();
+            self.usage.events -= 1;
+            self.usage.bytes -= slot.frame.len();
+            return true;
+        }
+        false
+    }
+
+    /// Drops stale `appended` entries once they outnumber the live ones: O(1) amortized per
+    /// removed event, and the queue stays O(retained events).
+    fn compact(&mut self) {
+        if self.appended.len() <= 2 * self.usage.events + 64 {
+            return;
+        }
+        let streams = &self.streams;
+        self.appended
+            .retain(|(stream, seq)| streams.get(stream).is_some_and(|log| *seq >= log.first_seq));
+    }
+}
+
+/// A locked session. Streams removed while it is held are tombstoned and unindexed when it is
+/// dropped, still under the session's lock, so no reader sees a stream missing from its shard
+/// without a tombstone to explain it.
+struct Locked<'a> {
+    shared: &'a Shared,
+    shard: &'a Shard,
+    state: MutexGuard<'a, SessionState>,
+    /// Streams removed whole (expired or evicted), with their principals.
+    removed: Vec<(StreamId, Arc<str>)>,
+}
+
+impl Locked<'_> {
+    fn expire(&mut self, now: Instant) {
+        let retention = self.shared.config.retention;
+        while let Some(&(completed_at, stream)) = self.state.completed.front() {
+            if now.saturating_duration_since(completed_at) < retention {
+                break;
+            }
+            self.state.completed.pop_front();
+            self.remove_stream(stream);
+        }
+    }
+
+    /// Evicts the session's stream completed longest ago; false if none is complete.
+    fn evict_oldest_completed(&mut self) -> bool {
+        let Some((_, stream)) = self.state.completed.pop_front() else {
+            return false;
+        };
+        self.remove_stream(stream);
+        true
+    }
+
+    /// Evicts until the session is within its caps: whole completed streams first, oldest
+    /// completion first, then the oldest events of live streams.
+    fn evict_to_caps(&mut self) {
+        let config = &self.shared.config;
+        while self.state.usage.events > config.max_events_per_session
+            || self.state.usage.bytes > config.max_bytes_per_session
+        {
+            if !self.evict_oldest_completed() && !self.state.evict_oldest_live_event() {
+                break;
+            }
+        }
+    }
+
+    fn remove_stream(&mut self, stream: StreamId) {
+        let state = &mut *self.state;
+        if let Some(log) = state.streams.remove(&stream) {
+            state.usage.streams -= 1;
+            state.usage.events -= log.slots.len();
+            state.usage.bytes -= log.bytes;
+            self.removed.push((stream, log.principal));
+        }
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if self.removed.is_empty() {
+            return;
+        }
+        self.state.compact();
+        // Tombstone before unindexing: a reader that misses the index then finds the
+        // tombstone.
+        {
+            let mut tombstones = guard(&self.shared.tombstones);
+            for (stream, principal) in &self.removed {
+                let owner = StreamOwner {
+                    principal: Arc::clone(principal),
+                    session: self.shard.session.clone(),
+                };
+                tombstones.insert(*stream, owner, self.shared.config.max_tombstones);
+            }
+        }
+        let mut index = guard(&self.shared.index);
+        for (stream, _) in &self.removed {
+            index.remove(stream);
+        }
+    }
+}
+
+/// Ids of removed streams and their owners, oldest removal first, at most `max` of them.
+#[derive(Default)]
+struct Tombstones {
+    owners: HashMap<StreamId, StreamOwner>,
+    order: VecDeque<StreamId>,
+}
+
+impl Tombstones {
+    fn insert(&mut self, stream: StreamId, owner: StreamOwner, max: usize) {
+        if max == 0 {
+            return;
+        }
+        while self.order.len() >= max {
+            if let Some(oldest) = self.order.pop_front() {
+                self.owners.remove(&oldest);
+            }
+        }
+        self.order.push_back(stream);
+        self.owners.insert(stream, owner);
+    }
+}
+
+/// One stream's retained events, `slots[i]` holding seq `first_seq + i`.
+struct StreamLog {
+    principal: Arc<str>,
+    /// Seq of `slots[0]`; the next seq to append when `slots` is empty.
+    first_seq: u64,
+    slots: VecDeque<Slot>,
+    /// Sum of the frames' lengths.
+    bytes: usize,
+    complete: bool,
+    /// What waiters watch. Dropped with the log, which ends their waits.
+    progress: watch::Sender<Progress>,
+}
+
+impl StreamLog {
+    fn new(principal: Arc<str>, priming: Slot) -> Self {
+        let bytes = priming.frame.len();
+        Self {
+            principal,
+            first_seq: EventId::PRIMING_SEQ,
+            slots: VecDeque::from([priming]),
+            bytes,
+            complete: false,
+            progress: watch::Sender::new(Progress {
+                last_seq: EventId::PRIMING_SEQ,
+                complete: false,
+            }),
+        }
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.first_seq + self.slots.len() as u64
+    }
+
+    fn push(&mut self, slot: Slot) {
+        let seq = self.next_seq();
+        self.bytes += slot.frame.len();
+        self.slots.push_back(slot);
+        self.progress
+            .send_modify(|progress| progress.last_seq = seq);
+    }
+
+    fn read(
+        &self,
+        stream: StreamId,
+        from: Option<u64>,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        let Some(from) = from else {
+            return Ok(ReadBatch {
+                events: Vec::new(),
+                complete: self.complete,
+            });
+        };
+        // Invariant 4: a cursor into evicted events is an error, never a silent gap.
+        if from < self.first_seq {
+            return Err(StoreError::Expired);
+        }
+        let len = self.slots.len();
+        let start = usize::try_from(from - self.first_seq).map_or(len, |at| at.min(len));
+        let end = start.saturating_add(limit).min(len);
+        let events = self
+            .slots
+            .range(start..end)
+            .zip(from..)
+            .map(|(slot, seq)| slot.event(EventId::new(stream, seq)))
+            .collect();
+        Ok(ReadBatch {
+            events,
+            complete: self.complete && end == len,
+        })
+    }
+}
+
+/// What a waiter on a stream watches.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    last_seq: u64,
+    complete: bool,
+}
+
+impl Progress {
+    fn satisfies(self, after: u64) -> bool {
+        self.complete || self.last_seq > after
+    }
+}
+
+/// One stored event: its frame and where the JSON starts in it. The id is implied by the
+/// slot's position, which keeps a slot at 40 bytes.
+struct Slot {
+    frame: Bytes,
+    data_at: usize,
+}
+
+impl Slot {
+    /// `event: message`, `id`, one `data` line, blank line.
+    fn message(id: EventId, message: &str) -> Self {
+        let id = id.to_string();
+        let frame = EventFrame::with_data(message).event("message").id(&id);
+        Self::encode(frame, message.len())
+    }
+
+    /// `id`, `retry` and empty `data`, which a client dispatches as an event with empty data
+    /// and so takes its id as the cursor (MCP 2025-11-25 priming event).
+    fn priming(stream: StreamId, retry: Duration) -> Self {
+        let retry_ms = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX);
+        let id = EventId::priming(stream).to_string();
+        let frame = EventFrame::with_data("").id(&id).retry(retry_ms);
+        Self::encode(frame, 0)
+    }
+
+    fn encode(frame: EventFrame<'_>, data_len: usize) -> Self {
+        let mut buf = BytesMut::new();
+        frame
+            .encode_into(&mut buf)
+            .expect("event ids and the event type hold no line break or nul");
+        let frame = buf.freeze();
+        // The data line comes last: `data: <json>\n` then the blank line's `\n`.
+        let data_at = frame.len() - 2 - data_len;
+        debug_assert_eq!(&frame[data_at - 6..data_at], b"data: ");
+        Self { frame, data_at }
+    }
+
+    fn event(&self, id: EventId) -> StoredEvent {
+        StoredEvent {
+            id,
+            frame: self.frame.clone(),
+            message: self.frame.slice(self.data_at..self.frame.len() - 2),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Event and session stores: the single source of truth for everything a server sends.
+//!
+//! The server never writes a JSON-RPC message to a connection directly: it appends the message
+//! to its stream in the [`EventStore`], and one writer loop per connection reads the stream
+//! after its cursor and writes what it finds. First delivery and resume are the same loop, so
+//! there is no replay-to-live hand-off to get wrong (DESIGN.md, "Data flow").
+//!
+//! This module owns the two traits, their shared types and the invariants every backend must
+//! keep; [`memory`] is the in-process backend. It does not own HTTP, SSE connections or the
+//! routing of messages to streams (that is the server's).
+//!
+//! # Invariants of an [`EventStore`]
+//!
+//! 1. A stream's events have sequence numbers 0, 1, 2, … with no gap; seq 0 is the stream's
+//!    priming event (empty data, the server's `retry`), stored when the stream is created.
+//! 2. [`append`](EventStore::append) returns only after the event is stored; a reader that
+//!    starts afterwards sees it (persist, then send).
+//! 3. [`read_after`](EventStore::read_after) returns events of exactly one stream, in order,
+//!    starting at `after + 1`, and only to the stream's owner: a stream that exists but is
+//!    owned by another principal or session is reported as [`StoreError::UnknownStream`], so
+//!    no answer reveals that it exists (CONTRACTS.md).
+//! 4. Events a reader may still ask for are never dropped silently: if `after + 1` is no
+//!    longer stored (evicted by a cap, or the stream's retention ran out), the read fails with
+//!    [`StoreError::Expired`].
+//! 5. [`wait_for_more`](EventStore::wait_for_more) is race-free: it returns at once if the
+//!    stream already has an event after `after`, or is complete, or is gone.
+//! 6. Retained data per session is bounded by the store's configured caps; when an append
+//!    would exceed them the store evicts the session's oldest events (completed streams first)
+//!    and readers that still needed them get `Expired`.
+
+pub mod memory;
+#[cfg(any(test, feature = "testing"))]
+pub mod suite;
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tether_proto::ids::{EventId, SessionId, StreamId};
+
+pub use memory::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
+
+/// The principal of requests made without authentication.
+pub const ANONYMOUS_PRINCIPAL: &str = "default";
+
+/// Who owns a stream. Replay is keyed by owner and stream, so knowing another session's event
+/// id gives nothing (DESIGN.md property 3).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StreamOwner {
+    /// The authenticated principal ([`ANONYMOUS_PRINCIPAL`] without authentication).
+    pub principal: Arc<str>,
+    /// The session the stream belongs to.
+    pub session: SessionId,
+}
+
+/// What a stream carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamKind {
+    /// The SSE response to one POSTed request: ends after the request's final response.
+    Request,
+    /// The session's standalone stream, opened by GET: never completes while the session lives.
+    Standalone,
+}
+
+/// One stored event: its id and its SSE frame, encoded once at append so that replays do not
+/// re-serialize.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// The event's id (`<stream>:<seq>`).
+    pub id: EventId,
+    /// The complete SSE frame: `event: message`, `id`, `data` and the blank line; for the
+    /// priming event (seq 0), `id`, `retry` and an empty `data`.
+    pub frame: Bytes,
+    /// The JSON-RPC message (a slice of `frame`, no copy); empty for the priming event.
+    pub message: Bytes,
+}
+
+impl StoredEvent {
+    /// Whether this is the stream's priming event (seq 0, empty data).
+    #[must_use]
+    pub fn is_priming(&self) -> bool {
+        self.id.seq == EventId::PRIMING_SEQ
+    }
+}
+
+/// What [`EventStore::read_after`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReadBatch {
+    /// The events after the cursor, in order (possibly none).
+    pub events: Vec<StoredEvent>,
+    /// The stream is complete and `events` reaches its last event: a writer can end the
+    /// response after writing them.
+    pub complete: bool,
+}
+
+/// What one session retains, for the accounting that keeps memory bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionUsage {
+    /// Streams held (live or retained after completion).
+    pub streams: usize,
+    /// Events held, priming events included.
+    pub events: usize,
+    /// Bytes of stored frames.
+    pub bytes: usize,
+}
+
+/// Why a store operation failed. The server maps each to its status in one place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No such stream for this owner (never existed, belongs to someone else, or its session
+    /// is gone).
+    #[error("unknown stream")]
+    UnknownStream,
+    /// The events after the cursor are no longer stored (evicted or past retention).
+    #[error("events expired")]
+    Expired,
+    /// Appending to a stream that was already completed.
+    #[error("stream already complete")]
+    Completed,
+    /// The session already holds its maximum number of streams.
+    #[error("too many streams in this session")]
+    TooManyStreams,
+    /// The message cannot be stored as one SSE `data` line: it is empty, not UTF-8, or
+    /// contains CR or LF (which would split it into several lines). The reason says which.
+    #[error("invalid message: {0}")]
+    InvalidMessage(&'static str),
+    /// The event's frame alone is larger than the store's per-session byte cap, so storing it
+    /// would break the bound however much else were evicted.
+    #[error("event larger than the session byte cap")]
+    EventTooLarge,
+    /// The backend failed (I/O, connection); the message says how.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The event log behind every server→client stream. See the module docs for the invariants
+/// every implementation keeps; the behaviour suite checks them.
+#[async_trait]
+pub trait EventStore: Send + Sync + 'static {
+    /// Creates a stream owned by `owner` and stores its priming event (seq 0) carrying
+    /// `retry`. Returns the new stream's id (128 random bits).
+    async fn create_stream(
+        &self,
+        owner: &StreamOwner,
+        kind: StreamKind,
+        retry: Duration,
+    ) -> Result<StreamId, StoreError>;
+
+    /// Appends one JSON-RPC message (compact JSON, no line breaks) to `stream` and returns
+    /// the id it was stored under. Returns only once the event is stored.
+    async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError>;
+
+    /// Marks `stream` complete: no more appends; readers that reach the end stop. Its events
+    /// stay readable for the store's retention window.
+    async fn complete(&self, stream: StreamId) -> Result<(), StoreError>;
+
+    /// Reads up to `limit` events of `stream` with seq > `after`, for `owner` only.
+    async fn read_after(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        after: u64,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError>;
+
+    /// Reads up to `limit` events of `stream` from its first event on (seq 0, the priming
+    /// event, while it is retained), for `owner` only: what a connection writes first on a
+    /// stream nobody has read yet. `read_after` cannot express this cursor, since seq 0 is
+    /// itself an event; errors are as for `read_after` from "before seq 0".
+    async fn read_from_start(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError>;
+
+    /// Waits until `stream` has an event with seq > `after`, is complete, or is gone.
+    /// Cancel-safe: dropping the future loses nothing.
+    async fn wait_for_more(&self, stream: StreamId, after: u64) -> Result<(), StoreError>;
+
+    /// Drops everything of `session` (DELETE, expiry). Later reads report `UnknownStream`.
+    async fn remove_session(&self, session: &SessionId) -> Result<(), StoreError>;
+
+    /// What `session` currently retains.
+    async fn usage(&self, session: &SessionId) -> Result<SessionUsage, StoreError>;
+}
+
+/// A session as the server remembers it between requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The session id issued on the initialize response.
+    pub id: SessionId,
+    /// The protocol version negotiated at initialize; it decides every version-dependent
+    /// behaviour for the session's lifetime (CONTRACTS.md).
+    pub version: tether_proto::version::ProtocolVersion,
+    /// The principal that created the session; requests by any other principal get 404.
+    pub principal: Arc<str>,
+    /// The session's standalone (GET) stream, created with the session.
+    pub standalone: StreamId,
+}
+
+/// Where sessions live. In memory now; the durable stores implement it so that sessions
+/// survive a restart (SQLite) or are shared by nodes (Redis).
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Stores a new session record.
+    async fn insert(&self, record: SessionRecord) -> Result<(), StoreError>;
+    /// Looks a session up; `None` if unknown, expired or deleted.
+    async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError>;
+    /// Records activity, pushing back idle expiry.
+    async fn touch(&self, id: &SessionId) -> Result<(), StoreError>;
+    /// Removes a session; returns whether it existed.
+    async fn remove(&self, id: &SessionId) -> Result<bool, StoreError>;
+    /// Removes and returns the sessions idle for longer than `idle`.
+    async fn expire_idle(&self, idle: Duration) -> Result<Vec<SessionId>, StoreError>;
+    /// How many sessions are live.
+    async fn count(&self) -> Result<usize, StoreError>;
+}
