@@ -1,0 +1,507 @@
+//! What a [`Handler`](super::handler::Handler) can do while it runs: the request and session
+//! contexts, log levels, and the errors of emitting.
+//!
+//! A [`RequestContext`] belongs to one client request. Everything it emits — progress,
+//! notifications, log messages, server→client requests — is *related* to that request and is
+//! appended to the request's stream in the event store (MCP: messages on a POST's SSE stream
+//! "SHOULD relate to the originating client request", T13); in JSON-response mode, where a
+//! request has no stream, they go to the session's standalone stream instead. A
+//! [`SessionContext`] emits on the standalone stream (messages unrelated to any request, T28).
+//! Nothing here writes to a connection: the writer loops read the store.
+//!
+//! This module does not own routing decisions beyond "this request's stream or the standalone
+//! one", the JSON-RPC framing (`tether_proto::jsonrpc`) or the store.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tether_proto::ids::{SessionId, StreamId};
+use tether_proto::jsonrpc::{
+    ErrorObject, Message, Notification, ProgressToken, Request, RequestId, Response,
+};
+use tether_proto::version::ProtocolVersion;
+use tokio_util::sync::CancellationToken;
+
+use super::session::SessionRuntime;
+use crate::store::StoreError;
+
+/// The method of log message notifications (MCP `logging`).
+const LOG_NOTIFICATION: &str = "notifications/message";
+
+/// A log message's severity (MCP `logging`, the RFC 5424 levels), ordered from least to most
+/// severe so that `level >= minimum` filters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[repr(u8)]
+pub enum LogLevel {
+    /// Detailed debugging information.
+    Debug = 0,
+    /// General informational messages.
+    Info = 1,
+    /// Normal but significant events.
+    Notice = 2,
+    /// Warning conditions.
+    Warning = 3,
+    /// Error conditions.
+    Error = 4,
+    /// Critical conditions.
+    Critical = 5,
+    /// Action must be taken immediately.
+    Alert = 6,
+    /// The system is unusable.
+    Emergency = 7,
+}
+
+impl LogLevel {
+    /// Every level, least severe first.
+    pub const ALL: [Self; 8] = [
+        Self::Debug,
+        Self::Info,
+        Self::Notice,
+        Self::Warning,
+        Self::Error,
+        Self::Critical,
+        Self::Alert,
+        Self::Emergency,
+    ];
+
+    /// The minimum level of a session before the client sends `logging/setLevel`: everything
+    /// is sent, as the TypeScript and Python SDK servers do; MCP leaves the default to the
+    /// server, and a client that wants less says so.
+    pub const DEFAULT: Self = Self::Debug;
+
+    /// The level's MCP spelling, e.g. `"warning"`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+
+    pub(crate) fn from_u8(value: u8) -> Self {
+        Self::ALL
+            .get(usize::from(value))
+            .copied()
+            .unwrap_or(Self::DEFAULT)
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that is not one of MCP's eight log levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unknown log level")]
+#[non_exhaustive]
+pub struct UnknownLogLevel;
+
+impl FromStr for LogLevel {
+    type Err = UnknownLogLevel;
+
+    /// Parses the MCP spelling exactly (lowercase, as the schema's enum has it).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|level| level.as_str() == s)
+            .ok_or(UnknownLogLevel)
+    }
+}
+
+/// Why a context could not emit or get an answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContextError {
+    /// The request was cancelled (`notifications/cancelled`); nothing more is sent for it.
+    #[error("request cancelled")]
+    Cancelled,
+    /// The session was deleted or expired.
+    #[error("session closed")]
+    SessionClosed,
+    /// The client answered a server→client request with a JSON-RPC error.
+    #[error("client returned error {}: {}", .0.code, .0.message)]
+    Remote(ErrorObject),
+    /// The event store refused the message (for example, the request already finished and
+    /// its stream is complete).
+    #[error("event store: {0}")]
+    Store(#[from] StoreError),
+}
+
+// ---------------------------------------------------------------------------------------------
+// SessionContext
+
+/// A session as a handler sees it: its id and version, its log level, and its standalone
+/// stream for messages not related to any request.
+#[derive(Clone)]
+pub struct SessionContext {
+    runtime: Arc<SessionRuntime>,
+}
+
+impl fmt::Debug for SessionContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionContext")
+            .field("session_id", self.session_id())
+            .field("protocol_version", &self.protocol_version())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionContext {
+    pub(crate) fn new(runtime: Arc<SessionRuntime>) -> Self {
+        Self { runtime }
+    }
+
+    /// The session's id (`Mcp-Session-Id`).
+    #[must_use]
+    pub fn session_id(&self) -> &SessionId {
+        &self.runtime.record().id
+    }
+
+    /// The protocol version negotiated at `initialize`.
+    #[must_use]
+    pub fn protocol_version(&self) -> ProtocolVersion {
+        self.runtime.version()
+    }
+
+    /// Sets the minimum level of log messages sent to this session (what `logging/setLevel`
+    /// asks for; the handler answers that request, the transport only filters).
+    pub fn set_log_level(&self, level: LogLevel) {
+        self.runtime.set_log_level(level);
+    }
+
+    /// The minimum level of log messages sent to this session ([`LogLevel::DEFAULT`] until
+    /// set).
+    #[must_use]
+    pub fn log_level(&self) -> LogLevel {
+        self.runtime.log_level()
+    }
+
+    /// Whether the session has ended (deleted or expired).
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.runtime.is_closed()
+    }
+
+    /// Sends a notification on the standalone stream: one not related to any request
+    /// (e.g. `notifications/tools/list_changed`). It is stored at once and delivered when the
+    /// client has (or next opens) its GET stream.
+    ///
+    /// # Errors
+    ///
+    /// [`ContextError::SessionClosed`] after the session ended; [`ContextError::Store`] if the
+    /// store refused it.
+    pub async fn notify(&self, method: &str, params: Value) -> Result<(), ContextError> {
+        let message = notification(method, params);
+        emit(&self.runtime, self.runtime.standalone(), None, &message).await
+    }
+
+    /// Sends a log message (`notifications/message`) on the standalone stream, if `level` is
+    /// at least the session's [`log_level`](Self::log_level); otherwise does nothing.
+    ///
+    /// # Errors
+    ///
+    /// As for [`notify`](Self::notify).
+    pub async fn log(
+        &self,
+        level: LogLevel,
+        logger: Option<&str>,
+        data: Value,
+    ) -> Result<(), ContextError> {
+        if level < self.log_level() {
+            return Ok(());
+        }
+        self.notify(LOG_NOTIFICATION, log_params(level, logger, data))
+            .await
+    }
+
+    /// Sends a server→client request on the standalone stream and waits for the client's
+    /// answer (POSTed back to the endpoint).
+    ///
+    /// # Errors
+    ///
+    /// [`ContextError::Remote`] with the client's error, [`ContextError::SessionClosed`] if
+    /// the session ends first, [`ContextError::Store`] if the request could not be stored.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ContextError> {
+        round_trip(
+            &self.runtime,
+            self.runtime.standalone(),
+            None,
+            method,
+            params,
+        )
+        .await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RequestContext
+
+/// One client request as a handler sees it: its id and progress token, its session, a way to
+/// emit messages related to it, and its cancellation.
+///
+/// Cheap to clone; clones share the request (a handler may move one into a spawned task).
+#[derive(Clone)]
+pub struct RequestContext {
+    inner: Arc<RequestInner>,
+}
+
+struct RequestInner {
+    session: SessionContext,
+    request_id: RequestId,
+    progress_token: Option<ProgressToken>,
+    /// Where related messages go: the request's own stream, or the standalone stream when the
+    /// answer is a JSON body.
+    stream: StreamId,
+    cancel: CancellationToken,
+}
+
+impl fmt::Debug for RequestContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestContext")
+            .field("request_id", &self.inner.request_id)
+            .field("progress_token", &self.inner.progress_token)
+            .field("session", &self.inner.session)
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RequestContext {
+    pub(crate) fn new(
+        runtime: Arc<SessionRuntime>,
+        request: &Request,
+        stream: StreamId,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self {
+            inner: Arc::new(RequestInner {
+                session: SessionContext::new(runtime),
+                request_id: request.id.clone(),
+                progress_token: request.progress_token(),
+                stream,
+                cancel,
+            }),
+        }
+    }
+
+    /// The request's JSON-RPC id.
+    #[must_use]
+    pub fn request_id(&self) -> &RequestId {
+        &self.inner.request_id
+    }
+
+    /// The request's `params._meta.progressToken`, if the client asked for progress.
+    #[must_use]
+    pub fn progress_token(&self) -> Option<&ProgressToken> {
+        self.inner.progress_token.as_ref()
+    }
+
+    /// The session the request belongs to.
+    #[must_use]
+    pub fn session(&self) -> &SessionContext {
+        &self.inner.session
+    }
+
+    /// Sends `notifications/progress` with the request's progress token. Without a token (the
+    /// client did not ask for progress) this does nothing and returns `Ok(())`.
+    ///
+    /// MCP requires `progress` to increase with each call; the transport does not check.
+    ///
+    /// # Errors
+    ///
+    /// [`ContextError::Cancelled`] once the request is cancelled, [`ContextError::SessionClosed`]
+    /// once the session ended, [`ContextError::Store`] if the store refused it.
+    pub async fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<(), ContextError> {
+        let Some(token) = &self.inner.progress_token else {
+            return Ok(());
+        };
+        let mut params = Map::new();
+        params.insert("progressToken".to_owned(), json!(token));
+        params.insert("progress".to_owned(), number(progress));
+        if let Some(total) = total {
+            params.insert("total".to_owned(), number(total));
+        }
+        if let Some(message) = message {
+            params.insert("message".to_owned(), Value::from(message));
+        }
+        let message = notification(
+            tether_proto::jsonrpc::PROGRESS_NOTIFICATION,
+            Value::Object(params),
+        );
+        self.emit(&message).await
+    }
+
+    /// Sends a notification related to this request (on its stream).
+    ///
+    /// # Errors
+    ///
+    /// As for [`progress`](Self::progress).
+    pub async fn notify(&self, method: &str, params: Value) -> Result<(), ContextError> {
+        self.emit(&notification(method, params)).await
+    }
+
+    /// Sends a log message (`notifications/message`) related to this request, if `level` is at
+    /// least the session's log level (set by `logging/setLevel`); otherwise does nothing.
+    ///
+    /// # Errors
+    ///
+    /// As for [`progress`](Self::progress).
+    pub async fn log(
+        &self,
+        level: LogLevel,
+        logger: Option<&str>,
+        data: Value,
+    ) -> Result<(), ContextError> {
+        if level < self.session().log_level() {
+            return Ok(());
+        }
+        self.notify(LOG_NOTIFICATION, log_params(level, logger, data))
+            .await
+    }
+
+    /// Sends a server→client request (sampling, elicitation, ping, …) on this request's stream
+    /// and waits for the client's answer, which it POSTs back to the endpoint.
+    ///
+    /// # Errors
+    ///
+    /// [`ContextError::Remote`] with the client's error response; [`ContextError::Cancelled`]
+    /// if this request is cancelled while waiting; [`ContextError::SessionClosed`] if the
+    /// session ends; [`ContextError::Store`] if the request could not be stored.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ContextError> {
+        round_trip(
+            &self.inner.session.runtime,
+            self.inner.stream,
+            Some(&self.inner.cancel),
+            method,
+            params,
+        )
+        .await
+    }
+
+    /// Whether the request was cancelled (by `notifications/cancelled`, or because the
+    /// session ended). A client disconnect is *not* cancellation (T15).
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// Completes when the request is cancelled. Cancel-safe.
+    pub async fn cancelled(&self) {
+        self.inner.cancel.cancelled().await;
+    }
+
+    async fn emit(&self, message: &Message) -> Result<(), ContextError> {
+        emit(
+            &self.inner.session.runtime,
+            self.inner.stream,
+            Some(&self.inner.cancel),
+            message,
+        )
+        .await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared helpers
+
+fn notification(method: &str, params: Value) -> Message {
+    let params = (!params.is_null()).then_some(params);
+    Message::Notification(Notification::new(method, params))
+}
+
+fn log_params(level: LogLevel, logger: Option<&str>, data: Value) -> Value {
+    let mut params = Map::new();
+    params.insert("level".to_owned(), Value::from(level.as_str()));
+    if let Some(logger) = logger {
+        params.insert("logger".to_owned(), Value::from(logger));
+    }
+    params.insert("data".to_owned(), data);
+    Value::Object(params)
+}
+
+/// A JSON number for an `f64`, written as an integer when it is one (`3`, not `3.0`), as
+/// clients in typed languages compare progress values to integers.
+fn number(value: f64) -> Value {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: larger floats are not exact integers
+    if value.fract() == 0.0 && value.abs() < EXACT {
+        #[allow(clippy::cast_possible_truncation)] // integral and below 2^53
+        return Value::from(value as i64);
+    }
+    json!(value)
+}
+
+/// Why a request-scoped emission failed, given the state of its tokens.
+fn closed_error(
+    runtime: &SessionRuntime,
+    cancel: Option<&CancellationToken>,
+) -> Option<ContextError> {
+    if runtime.is_closed() {
+        Some(ContextError::SessionClosed)
+    } else if cancel.is_some_and(CancellationToken::is_cancelled) {
+        Some(ContextError::Cancelled)
+    } else {
+        None
+    }
+}
+
+async fn emit(
+    runtime: &SessionRuntime,
+    stream: StreamId,
+    cancel: Option<&CancellationToken>,
+    message: &Message,
+) -> Result<(), ContextError> {
+    // A cancelled request sends nothing more (MCP cancellation); checked before the store so
+    // that the error says why rather than "stream already complete".
+    if let Some(error) = closed_error(runtime, cancel) {
+        return Err(error);
+    }
+    match runtime.append(stream, message).await {
+        Ok(_) => Ok(()),
+        Err(error) => Err(closed_error(runtime, cancel).unwrap_or(ContextError::Store(error))),
+    }
+}
+
+async fn round_trip(
+    runtime: &Arc<SessionRuntime>,
+    stream: StreamId,
+    cancel: Option<&CancellationToken>,
+    method: &str,
+    params: Value,
+) -> Result<Value, ContextError> {
+    let id = runtime.next_request_id();
+    // Registered before sending, so an answer that arrives at once is not missed; the guard
+    // unregisters on every exit path.
+    let (_guard, answer) = runtime.expect_response(id.clone());
+    let params = (!params.is_null()).then_some(params);
+    let message = Message::Request(Request::new(id, method, params));
+    emit(runtime, stream, cancel, &message).await?;
+    let never = CancellationToken::new();
+    let cancel = cancel.unwrap_or(&never);
+    tokio::select! {
+        () = runtime.closed().cancelled() => Err(ContextError::SessionClosed),
+        () = cancel.cancelled() => Err(closed_error(runtime, Some(cancel)).unwrap_or(ContextError::Cancelled)),
+        answer = answer => match answer {
+            Ok(Response::Result(response)) => Ok(response.result),
+            Ok(Response::Error(response)) => Err(ContextError::Remote(response.error)),
+            // The sender is dropped only when the session closes.
+            Err(_) => Err(ContextError::SessionClosed),
+        },
+    }
+}

@@ -1,0 +1,325 @@
+//! What happens to the messages of an accepted POST.
+//!
+//! - Responses (answers to server→client requests) go to the request awaiting them.
+//! - Notifications: `notifications/initialized` is acknowledged, `notifications/cancelled`
+//!   cancels the named request (unknown ids ignored, T99), the rest reach
+//!   [`Handler::handle_notification`](super::handler::Handler::handle_notification).
+//! - Requests: `ping` is answered by the transport (`{}`, T98); the others run the handler in
+//!   a task of their own — detached from the HTTP request, so a client disconnect does not
+//!   cancel them (T15) — with a [`RequestContext`] whose messages go to the POST's stream.
+//!
+//! In SSE mode the POST gets a new Request stream in the event store; a driver task appends
+//! each request's final response to it and completes it when every request of the POST has
+//! finished or was cancelled, which ends the writer loop (T9). A cancelled request gets no
+//! response (T16). In JSON mode the responses become the body, and related messages go to
+//! the standalone stream. This module does not validate requests or write to connections.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use serde_json::json;
+use tether_proto::headers::ResponseKind;
+use tether_proto::ids::StreamId;
+use tether_proto::jsonrpc::{
+    CANCELLED_NOTIFICATION, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Message, Notification,
+    Request, RequestId, Response as RpcResponse,
+};
+use tokio::task::JoinSet;
+use tracing::Instrument as _;
+
+use super::context::{RequestContext, SessionContext};
+use super::endpoint::{Shared, json_response};
+use super::error::ServerError;
+use super::session::{InFlightSlot, SessionRuntime};
+use super::writer::Start;
+use crate::store::StreamKind;
+
+/// A cancelled handler gets this long to notice (`RequestContext::cancelled`) and return
+/// before its task is aborted: enough for cleanup, short enough that a handler ignoring
+/// cancellation does not hold resources for long. Its outcome is discarded either way.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// `ping`, answered by the transport itself.
+const PING: &str = "ping";
+/// `notifications/initialized`, acknowledged by the transport.
+const INITIALIZED_NOTIFICATION: &str = "notifications/initialized";
+
+/// Who answers a request.
+enum Slot {
+    /// The transport (`ping`).
+    Transport,
+    /// The handler, holding an in-flight slot.
+    Handler(InFlightSlot),
+    /// Nobody: its id is already in flight in this session.
+    Duplicate,
+}
+
+struct Job {
+    request: Request,
+    slot: Slot,
+}
+
+/// Handles the messages of one accepted POST (the session is known and valid).
+pub(crate) async fn post(
+    shared: &Arc<Shared>,
+    runtime: &Arc<SessionRuntime>,
+    messages: Vec<Message>,
+    accept: Option<&str>,
+    is_batch: bool,
+) -> Result<Response, ServerError> {
+    let mut requests = Vec::new();
+    let mut others = Vec::new();
+    for message in messages {
+        match message {
+            Message::Request(request) => requests.push(request),
+            other => others.push(other),
+        }
+    }
+    // Every refusal is decided before any side effect, so a 406 or 429 leaves the session
+    // exactly as it was.
+    let kind = if requests.is_empty() {
+        None
+    } else {
+        Some(shared.answer_kind(accept)?)
+    };
+    let handler_ids: Vec<RequestId> = requests
+        .iter()
+        .filter(|request| request.method != PING)
+        .map(|request| request.id.clone())
+        .collect();
+    let mut slots = runtime
+        .reserve(
+            &handler_ids,
+            shared.config.max_concurrent_requests_per_session,
+        )
+        .ok_or(ServerError::TooManyRequests)?
+        .into_iter();
+
+    for message in others {
+        handle_other(shared, runtime, message).await;
+    }
+    let Some(kind) = kind else {
+        // Only notifications and responses: 202, empty body (T2, T3, T4).
+        return Ok(StatusCode::ACCEPTED.into_response());
+    };
+    let jobs: Vec<Job> = requests
+        .into_iter()
+        .map(|request| {
+            let slot = if request.method == PING {
+                Slot::Transport
+            } else {
+                match slots.next() {
+                    Some(Ok(slot)) => Slot::Handler(slot),
+                    _ => Slot::Duplicate,
+                }
+            };
+            Job { request, slot }
+        })
+        .collect();
+    match kind {
+        ResponseKind::EventStream => answer_sse(shared, runtime, jobs).await,
+        ResponseKind::Json => answer_json(shared, runtime, jobs, is_batch).await,
+    }
+}
+
+/// A response or notification from the client.
+async fn handle_other(shared: &Arc<Shared>, runtime: &Arc<SessionRuntime>, message: Message) {
+    match message {
+        Message::Response(response) => {
+            if !runtime.deliver_response(response) {
+                tracing::debug!("response to no pending server request ignored");
+            }
+        }
+        Message::Notification(notification) => {
+            handle_notification(shared, runtime, notification).await;
+        }
+        Message::Request(_) => unreachable!("requests are split off before"),
+    }
+}
+
+async fn handle_notification(
+    shared: &Arc<Shared>,
+    runtime: &Arc<SessionRuntime>,
+    notification: Notification,
+) {
+    match notification.method.as_str() {
+        INITIALIZED_NOTIFICATION => {}
+        CANCELLED_NOTIFICATION => {
+            if let Some(id) = notification.cancelled_request_id() {
+                let cancelled = runtime.cancel_request(&id);
+                tracing::debug!(request = %id, cancelled, "notifications/cancelled");
+            }
+        }
+        _ => {
+            let session = SessionContext::new(Arc::clone(runtime));
+            // Awaited, so that notifications of one client are handled in the order sent;
+            // abandoned if the session ends meanwhile.
+            tokio::select! {
+                () = shared.handler.handle_notification(notification, session) => {}
+                () = runtime.closed().cancelled() => {}
+            }
+        }
+    }
+}
+
+/// SSE answer: a new Request stream, a driver task filling it, a writer loop reading it.
+async fn answer_sse(
+    shared: &Arc<Shared>,
+    runtime: &Arc<SessionRuntime>,
+    jobs: Vec<Job>,
+) -> Result<Response, ServerError> {
+    let stream = shared
+        .events
+        .create_stream(runtime.owner(), StreamKind::Request, shared.config.retry)
+        .await?;
+    if runtime.is_closed() {
+        // DELETE or expiry raced this request: free what was just created for the dead
+        // session and answer as if it were already gone.
+        let _ = shared.events.remove_session(&runtime.record().id).await;
+        return Err(ServerError::SessionNotFound);
+    }
+    let span = tracing::info_span!("post", session = %runtime.record().id, stream = %stream);
+    let writer = shared.writer(runtime, stream, Start::Fresh { cursor: 0 });
+    tokio::spawn(
+        drive_stream(Arc::clone(shared), Arc::clone(runtime), stream, jobs).instrument(span),
+    );
+    Ok(writer.into_response(None))
+}
+
+/// Runs a POST's requests, appends each final response to `stream` as it is ready, then
+/// completes the stream.
+async fn drive_stream(
+    shared: Arc<Shared>,
+    runtime: Arc<SessionRuntime>,
+    stream: StreamId,
+    jobs: Vec<Job>,
+) {
+    let mut running = JoinSet::new();
+    for job in jobs {
+        running.spawn(
+            run(Arc::clone(&shared), Arc::clone(&runtime), job, stream)
+                .instrument(tracing::Span::current()),
+        );
+    }
+    while let Some(done) = running.join_next().await {
+        let Ok(Some(response)) = done else { continue };
+        if let Err(error) = runtime.append(stream, &Message::Response(response)).await {
+            if runtime.is_closed() {
+                tracing::debug!(%error, "response dropped: session ended");
+            } else {
+                tracing::warn!(%error, "response could not be stored");
+            }
+        }
+    }
+    if let Err(error) = shared.events.complete(stream).await
+        && !runtime.is_closed()
+    {
+        tracing::warn!(%error, "stream could not be completed");
+    }
+}
+
+/// JSON answer: the responses as the body (an array for a batch); related messages went to
+/// the standalone stream.
+async fn answer_json(
+    shared: &Arc<Shared>,
+    runtime: &Arc<SessionRuntime>,
+    jobs: Vec<Job>,
+    is_batch: bool,
+) -> Result<Response, ServerError> {
+    let span = tracing::info_span!("post", session = %runtime.record().id);
+    let standalone = runtime.standalone();
+    // Spawned, so that a client that disconnects does not cancel the handlers (T15).
+    let handles: Vec<_> = jobs
+        .into_iter()
+        .map(|job| {
+            tokio::spawn(
+                run(Arc::clone(shared), Arc::clone(runtime), job, standalone)
+                    .instrument(span.clone()),
+            )
+        })
+        .collect();
+    let collect = async {
+        let mut responses = Vec::with_capacity(handles.len());
+        for handle in handles {
+            if let Ok(Some(response)) = handle.await {
+                responses.push(response);
+            }
+        }
+        responses
+    };
+    let responses = tokio::select! {
+        responses = collect => responses,
+        () = shared.shutdown.cancelled() => return Err(ServerError::ShuttingDown),
+    };
+    let body = match (responses.len(), is_batch) {
+        // Every request was cancelled: nothing to answer, as for a batch of notifications.
+        (0, _) => return Ok(StatusCode::ACCEPTED.into_response()),
+        (_, true) => serde_json::to_vec(&responses).expect("responses serialize"),
+        (_, false) => responses[0].to_vec(),
+    };
+    Ok(json_response(body, None))
+}
+
+/// Runs one request to its final response; `None` when it was cancelled (no response is
+/// sent, MCP cancellation). Related messages go to `related`.
+async fn run(
+    shared: Arc<Shared>,
+    runtime: Arc<SessionRuntime>,
+    job: Job,
+    related: StreamId,
+) -> Option<RpcResponse> {
+    let Job { request, slot } = job;
+    let id = request.id.clone();
+    match slot {
+        Slot::Transport => Some(RpcResponse::success(id, json!({}))),
+        Slot::Duplicate => Some(RpcResponse::error(
+            Some(id),
+            ErrorObject::new(
+                INVALID_REQUEST,
+                "request id already in flight in this session",
+            ),
+        )),
+        Slot::Handler(slot) => {
+            let span = tracing::info_span!("request", request = %id, method = %request.method);
+            let token = slot.token().clone();
+            let context =
+                RequestContext::new(Arc::clone(&runtime), &request, related, token.clone());
+            let handler = Arc::clone(&shared.handler);
+            let mut task = tokio::spawn(
+                async move { handler.handle_request(request, context).await }.instrument(span),
+            );
+            let outcome = tokio::select! {
+                // Cancellation wins a tie: a cancelled request gets no response.
+                biased;
+                () = token.cancelled() => None,
+                joined = &mut task => Some(joined),
+            };
+            drop(slot);
+            match outcome {
+                None => {
+                    tracing::debug!(request = %id, "request cancelled: no response");
+                    tokio::spawn(async move {
+                        if tokio::time::timeout(CANCEL_GRACE, &mut task).await.is_err() {
+                            tracing::debug!(request = %id, "cancelled handler aborted");
+                            task.abort();
+                        }
+                    });
+                    None
+                }
+                Some(Ok(result)) => Some(match result {
+                    Ok(value) => RpcResponse::success(id, value),
+                    Err(error) => RpcResponse::error(Some(id), error),
+                }),
+                Some(Err(error)) => {
+                    tracing::error!(request = %id, %error, "handler failed");
+                    Some(RpcResponse::error(
+                        Some(id),
+                        ErrorObject::new(INTERNAL_ERROR, "internal error"),
+                    ))
+                }
+            }
+        }
+    }
+}

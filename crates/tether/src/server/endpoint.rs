@@ -1,0 +1,600 @@
+//! The HTTP endpoint: POST, GET and DELETE on the MCP path, `GET /healthz`, and the server
+//! state they share.
+//!
+//! This module owns request validation, in a fixed order so that one request always gets the
+//! same answer: `Host`/`Origin` (403) first on every method; then for POST `Content-Type`
+//! (415), body size (413), `MCP-Protocol-Version` (400), the session (400/404), the body
+//! (400, parsed with the *session's* batching rule) and `Accept` (406, only when the answer
+//! has a body); for GET 405 when GET streams are off, `Accept` (406), the version, the session
+//! and `Last-Event-ID` (400); for DELETE the version and the session. A POST without
+//! `Mcp-Session-Id` is parsed first, since only an unbatched `initialize` may come without
+//! one. It also owns the session lifecycle: `initialize` creates the session record and its
+//! standalone stream, DELETE and idle expiry end it. Every refusal is a [`ServerError`]. What
+//! happens to the messages of an accepted POST is [`super::dispatch`]'s; how streams reach
+//! the wire is [`super::writer`]'s.
+//!
+//! Decisions where the spec leaves room (recorded here, and in docs/ARCHITECTURE.md by the
+//! team):
+//!
+//! - `initialize` never needs `Mcp-Session-Id` (T39); sent without one, its
+//!   `MCP-Protocol-Version` header is not checked (negotiation uses the body, spec digest §6.1
+//!   item 9). An `initialize` sent *with* a live session's id starts a new session; a stale id
+//!   gets the usual 404, after which the client re-initializes without it (S-SES-4).
+//! - `Accept` is checked only when the answer has a body, leniently (§6.1 item 10): the
+//!   configured kind (SSE, or JSON with `json_response`) if acceptable, else the other kind if
+//!   that is, else 406.
+//! - Error bodies carry `"id": null` (a transport refusal answers no particular request).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt as _;
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+use tether_proto::headers::{
+    self, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, ResponseKind, is_json_content_type,
+    parse_last_event_id, server_accepts,
+};
+use tether_proto::ids::SessionId;
+use tether_proto::jsonrpc::{
+    Batching, Body as RpcBody, Message, Request as RpcRequest, parse_body,
+};
+use tether_proto::version::{ProtocolVersion, check_header, negotiate};
+use tokio_util::sync::CancellationToken;
+
+use super::ServerConfig;
+use super::dispatch;
+use super::error::{ResumeRefusal, ServerError};
+use super::handler::Handler;
+use super::origin::{host_allowed, origin_allowed};
+use super::session::SessionRuntime;
+use super::writer::{READ_BATCH, Start, Writer};
+use crate::store::{
+    ANONYMOUS_PRINCIPAL, EventStore, SessionRecord, SessionStore, StoreError, StreamKind,
+    StreamOwner,
+};
+
+/// The sweeper looks for idle sessions this often relative to `session_idle`, so a session
+/// ends at most a quarter past its idle time.
+const SWEEPS_PER_IDLE_PERIOD: u32 = 4;
+/// Lower bound of the sweep period: short idle times (tests) must not spin the sweeper.
+const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(10);
+/// Upper bound of the sweep period: with the default 30-minute idle time, expired sessions'
+/// memory is reclaimed within half a minute.
+const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Everything the endpoint's handlers share: configuration, handler, stores, and the
+/// sessions this node has runtime state for.
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) events: Arc<dyn EventStore>,
+    pub(crate) sessions: Arc<dyn SessionStore>,
+    pub(crate) node_id: HeaderValue,
+    /// Cancelled when `serve` is told to shut down: writer loops send `retry` and end.
+    pub(crate) shutdown: CancellationToken,
+    runtimes: Mutex<HashMap<SessionId, Arc<SessionRuntime>>>,
+    /// Serializes session creation so that `max_sessions` is a hard bound (count, then
+    /// insert, without another initialize in between).
+    create_lock: tokio::sync::Mutex<()>,
+    sweeper_started: AtomicBool,
+    /// Background work of the stores that needs a runtime (the memory store's retention
+    /// sweeper), started together with the session sweeper.
+    store_tasks: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        config: ServerConfig,
+        handler: Arc<dyn Handler>,
+        events: Arc<dyn EventStore>,
+        sessions: Arc<dyn SessionStore>,
+        node_id: HeaderValue,
+    ) -> Self {
+        Self {
+            config,
+            handler,
+            events,
+            sessions,
+            node_id,
+            shutdown: CancellationToken::new(),
+            runtimes: Mutex::new(HashMap::new()),
+            create_lock: tokio::sync::Mutex::new(()),
+            sweeper_started: AtomicBool::new(false),
+            store_tasks: Mutex::new(None),
+        }
+    }
+
+    /// Registers store background work to start with the sweeper (inside a runtime).
+    pub(crate) fn set_store_tasks(&self, start: Box<dyn FnOnce() + Send>) {
+        *lock(&self.store_tasks) = Some(start);
+    }
+
+    /// The principal of a request. Authentication arrives with the security issue; until then
+    /// every request is [`ANONYMOUS_PRINCIPAL`]'s.
+    fn principal(&self, _parts: &Parts) -> Arc<str> {
+        Arc::from(ANONYMOUS_PRINCIPAL)
+    }
+
+    /// DNS-rebinding protection, first on every method (see [`super::origin`]).
+    fn check_host_origin(&self, parts: &Parts) -> Result<(), ServerError> {
+        let host = match parts.headers.get(header::HOST) {
+            Some(value) => value.to_str().ok(),
+            // HTTP/2 carries the host in `:authority`, which hyper puts in the URI.
+            None => parts.uri.authority().map(http::uri::Authority::as_str),
+        };
+        if !host_allowed(host, &self.config.allowed_hosts) {
+            return Err(ServerError::ForbiddenHost);
+        }
+        let origin = match parts.headers.get(header::ORIGIN) {
+            None => None,
+            Some(value) => Some(value.to_str().map_err(|_| ServerError::ForbiddenOrigin)?),
+        };
+        if !origin_allowed(origin, &self.config.allowed_origins) {
+            return Err(ServerError::ForbiddenOrigin);
+        }
+        Ok(())
+    }
+
+    /// How to answer a POST that contains requests, given its `Accept`.
+    pub(crate) fn answer_kind(&self, accept: Option<&str>) -> Result<ResponseKind, ServerError> {
+        let (preferred, other) = if self.config.json_response {
+            (ResponseKind::Json, ResponseKind::EventStream)
+        } else {
+            (ResponseKind::EventStream, ResponseKind::Json)
+        };
+        if server_accepts(accept, preferred) {
+            Ok(preferred)
+        } else if server_accepts(accept, other) {
+            Ok(other)
+        } else {
+            Err(ServerError::NotAcceptable {
+                needs: "application/json or text/event-stream",
+            })
+        }
+    }
+
+    /// The live session named by `Mcp-Session-Id`, owned by `principal`; touches it.
+    async fn session(
+        &self,
+        headers: &HeaderMap,
+        principal: &str,
+    ) -> Result<Arc<SessionRuntime>, ServerError> {
+        let value = headers
+            .get(MCP_SESSION_ID)
+            .ok_or(ServerError::MissingSessionId)?;
+        let id = value
+            .to_str()
+            .ok()
+            .and_then(|v| SessionId::parse(v).ok())
+            .ok_or(ServerError::MalformedSessionId)?;
+        let Some(record) = self.sessions.get(&id).await? else {
+            // Gone from the store (expired, deleted, or removed by another node): drop any
+            // runtime state left here.
+            self.forget(&id);
+            return Err(ServerError::SessionNotFound);
+        };
+        // Another principal's session is reported exactly like an unknown one.
+        if &*record.principal != principal {
+            return Err(ServerError::SessionNotFound);
+        }
+        self.sessions.touch(&id).await?;
+        let runtime = {
+            let mut runtimes = lock(&self.runtimes);
+            Arc::clone(
+                runtimes
+                    .entry(id)
+                    .or_insert_with(|| SessionRuntime::new(record, Arc::clone(&self.events))),
+            )
+        };
+        Ok(runtime)
+    }
+
+    /// Creates a session: record, standalone stream and runtime.
+    async fn create_session(
+        &self,
+        version: ProtocolVersion,
+        principal: Arc<str>,
+    ) -> Result<Arc<SessionRuntime>, ServerError> {
+        let _creating = self.create_lock.lock().await;
+        if self.sessions.count().await? >= self.config.max_sessions {
+            return Err(ServerError::TooManySessions);
+        }
+        let id = SessionId::generate();
+        let owner = StreamOwner {
+            principal: Arc::clone(&principal),
+            session: id.clone(),
+        };
+        let standalone = self
+            .events
+            .create_stream(&owner, StreamKind::Standalone, self.config.retry)
+            .await?;
+        let record = SessionRecord {
+            id: id.clone(),
+            version,
+            principal,
+            standalone,
+        };
+        if let Err(error) = self.sessions.insert(record.clone()).await {
+            let _ = self.events.remove_session(&id).await;
+            return Err(error.into());
+        }
+        let runtime = SessionRuntime::new(record, Arc::clone(&self.events));
+        lock(&self.runtimes).insert(id.clone(), Arc::clone(&runtime));
+        tracing::info!(session = %id, version = %version, "session created");
+        Ok(runtime)
+    }
+
+    /// Drops this node's runtime state of a session, cancelling its handlers and closing its
+    /// connections.
+    fn forget(&self, id: &SessionId) {
+        let runtime = lock(&self.runtimes).remove(id);
+        if let Some(runtime) = runtime {
+            runtime.close();
+        }
+    }
+
+    /// Ends a session everywhere: record, runtime, events. Returns whether it existed.
+    async fn terminate(&self, id: &SessionId) -> Result<bool, ServerError> {
+        let existed = self.sessions.remove(id).await?;
+        self.forget(id);
+        self.events.remove_session(id).await?;
+        Ok(existed)
+    }
+
+    /// Starts the idle-session sweeper once, on first use (inside a runtime). It holds only a
+    /// weak reference, so it ends when the server is dropped, or at shutdown.
+    pub(crate) fn ensure_sweeper(self: &Arc<Self>) {
+        if self.sweeper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store_tasks = lock(&self.store_tasks).take();
+        if let Some(start) = store_tasks {
+            start();
+        }
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let shutdown = self.shutdown.clone();
+        let interval = (self.config.session_idle / SWEEPS_PER_IDLE_PERIOD)
+            .clamp(MIN_SWEEP_INTERVAL, MAX_SWEEP_INTERVAL);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(interval) => {}
+                }
+                let Some(shared) = weak.upgrade() else { break };
+                shared.sweep().await;
+            }
+        });
+    }
+
+    /// One sweep: sessions with requests running or connections open are kept alive (a long
+    /// tool call or an open GET stream is activity), the rest expire after `session_idle`.
+    async fn sweep(&self) {
+        let (busy, quiet): (Vec<_>, Vec<_>) = lock(&self.runtimes)
+            .iter()
+            .map(|(id, runtime)| (id.clone(), runtime.is_busy()))
+            .partition(|(_, busy)| *busy);
+        // Runtime state whose record is gone (a DELETE that raced a request re-creating the
+        // runtime, or a session removed by another node) is dropped here.
+        for (id, _) in &quiet {
+            if let Ok(None) = self.sessions.get(id).await {
+                self.forget(id);
+                let _ = self.events.remove_session(id).await;
+            }
+        }
+        let busy: Vec<SessionId> = busy.into_iter().map(|(id, _)| id).collect();
+        for id in &busy {
+            if let Err(error) = self.sessions.touch(id).await {
+                tracing::warn!(session = %id, %error, "could not keep a busy session alive");
+            }
+        }
+        let expired = match self.sessions.expire_idle(self.config.session_idle).await {
+            Ok(expired) => expired,
+            Err(error) => {
+                tracing::warn!(%error, "idle-session sweep failed");
+                return;
+            }
+        };
+        for id in expired {
+            tracing::info!(session = %id, "session expired");
+            self.forget(&id);
+            if let Err(error) = self.events.remove_session(&id).await {
+                tracing::warn!(session = %id, %error, "could not free an expired session");
+            }
+        }
+    }
+
+    pub(crate) fn writer(
+        &self,
+        runtime: &Arc<SessionRuntime>,
+        stream: tether_proto::ids::StreamId,
+        start: Start,
+    ) -> Writer {
+        Writer::new(
+            runtime,
+            stream,
+            start,
+            self.config.retry,
+            self.config.keepalive,
+            self.shutdown.clone(),
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Header helpers
+
+/// A header's first value as text; `None` when absent or not visible ASCII.
+fn header_str(headers: &HeaderMap, name: impl http::header::AsHeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// `Accept`, with several field lines joined by ", " (RFC 9110 §5.3), as
+/// [`server_accepts`] expects.
+fn accept_value(headers: &HeaderMap) -> Option<String> {
+    let values: Vec<&str> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.join(", "))
+}
+
+/// `MCP-Protocol-Version` checked against the supported versions (CONTRACTS.md): absent or
+/// supported is fine (the session's negotiated version stays in force either way).
+fn check_protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, ServerError> {
+    let value = match headers.get(MCP_PROTOCOL_VERSION) {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .map_err(|_| ServerError::UnsupportedProtocolVersion)?,
+        ),
+    };
+    check_header(value).map_err(|_| ServerError::UnsupportedProtocolVersion)
+}
+
+/// Reads the body up to `limit` bytes: 413 as soon as it is known to be larger (a declared
+/// `Content-Length`, or the bytes read so far), without buffering the excess.
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ServerError> {
+    let declared = header_str(headers, header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(ServerError::PayloadTooLarge { limit });
+    }
+    let mut stream = body.into_data_stream();
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| ServerError::BodyUnreadable)?;
+        if buf.len() + chunk.len() > limit {
+            return Err(ServerError::PayloadTooLarge { limit });
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// A JSON answer (`application/json`).
+pub(crate) fn json_response(body: Vec<u8>, session: Option<HeaderValue>) -> Response {
+    let mut response = (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(headers::APPLICATION_JSON),
+        )],
+        body,
+    )
+        .into_response();
+    if let Some(session) = session {
+        response.headers_mut().insert(MCP_SESSION_ID, session);
+    }
+    response
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handlers
+
+/// `POST <path>`: one JSON-RPC message (or a 2025-03-26 batch).
+pub(crate) async fn post(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+) -> Result<Response, ServerError> {
+    shared.ensure_sweeper();
+    let (parts, body) = request.into_parts();
+    shared.check_host_origin(&parts)?;
+    if !header_str(&parts.headers, header::CONTENT_TYPE).is_some_and(is_json_content_type) {
+        return Err(ServerError::UnsupportedMediaType);
+    }
+    let bytes = read_body(body, &parts.headers, shared.config.max_body_bytes).await?;
+    let version_header = check_protocol_version(&parts.headers);
+    let accept = accept_value(&parts.headers);
+    let principal = shared.principal(&parts);
+
+    if !parts.headers.contains_key(MCP_SESSION_ID) {
+        // Without a session only `initialize` is possible, and it is never batched.
+        let body = parse_body(&bytes, Batching::Forbidden)?;
+        return match body {
+            RpcBody::Single(Message::Request(request)) if request.is_initialize() => {
+                initialize(&shared, request, accept.as_deref(), principal).await
+            }
+            _ => {
+                version_header?;
+                Err(ServerError::MissingSessionId)
+            }
+        };
+    }
+    version_header?;
+    let runtime = shared.session(&parts.headers, &principal).await?;
+    // The session's negotiated version decides whether a batch is allowed, whatever the
+    // request's header says (CONTRACTS.md).
+    let batching = if runtime.version().allows_batches() {
+        Batching::Allowed
+    } else {
+        Batching::Forbidden
+    };
+    match parse_body(&bytes, batching)? {
+        RpcBody::Single(Message::Request(request)) if request.is_initialize() => {
+            initialize(&shared, request, accept.as_deref(), principal).await
+        }
+        body => {
+            let is_batch = matches!(body, RpcBody::Batch(_));
+            dispatch::post(
+                &shared,
+                &runtime,
+                body.into_messages(),
+                accept.as_deref(),
+                is_batch,
+            )
+            .await
+        }
+    }
+}
+
+/// `initialize`: negotiates the version, creates the session and answers with
+/// `Mcp-Session-Id` on the response head (T34), before any event in SSE mode.
+async fn initialize(
+    shared: &Arc<Shared>,
+    request: RpcRequest,
+    accept: Option<&str>,
+    principal: Arc<str>,
+) -> Result<Response, ServerError> {
+    let kind = shared.answer_kind(accept)?;
+    let requested = request
+        .params
+        .as_ref()
+        .and_then(|params| params.get("protocolVersion"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let version = negotiate(requested);
+    let runtime = shared.create_session(version, principal).await?;
+    let info = shared.handler.server_info();
+    let mut result = json!({
+        "protocolVersion": version.as_str(),
+        "capabilities": info.capabilities,
+        "serverInfo": {"name": info.name, "version": info.version},
+    });
+    if let Some(instructions) = info.instructions {
+        result["instructions"] = Value::String(instructions);
+    }
+    let response = Message::Response(tether_proto::jsonrpc::Response::success(request.id, result));
+    let session_header = HeaderValue::from_str(runtime.record().id.as_str())
+        .expect("generated session ids are visible ASCII");
+    match kind {
+        ResponseKind::Json => Ok(json_response(response.to_vec(), Some(session_header))),
+        ResponseKind::EventStream => {
+            let stream = async {
+                let stream = shared
+                    .events
+                    .create_stream(runtime.owner(), StreamKind::Request, shared.config.retry)
+                    .await?;
+                runtime.append(stream, &response).await?;
+                shared.events.complete(stream).await?;
+                Ok::<_, StoreError>(stream)
+            }
+            .await;
+            match stream {
+                Ok(stream) => Ok(shared
+                    .writer(&runtime, stream, Start::Fresh { cursor: 0 })
+                    .into_response(Some(session_header))),
+                Err(error) => {
+                    // The client never learnt the session id: nobody can use or delete it.
+                    let _ = shared.terminate(&runtime.record().id).await;
+                    Err(error.into())
+                }
+            }
+        }
+    }
+}
+
+/// `GET <path>`: the standalone stream, or a resume after `Last-Event-ID`.
+pub(crate) async fn get(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+) -> Result<Response, ServerError> {
+    shared.ensure_sweeper();
+    let (parts, _body) = request.into_parts();
+    shared.check_host_origin(&parts)?;
+    if !shared.config.get_streams {
+        return Err(ServerError::GetDisabled);
+    }
+    let accept = accept_value(&parts.headers);
+    if !server_accepts(accept.as_deref(), ResponseKind::EventStream) {
+        return Err(ServerError::NotAcceptable {
+            needs: headers::TEXT_EVENT_STREAM,
+        });
+    }
+    check_protocol_version(&parts.headers)?;
+    let principal = shared.principal(&parts);
+    let runtime = shared.session(&parts.headers, &principal).await?;
+    let Some(last_event_id) = parts.headers.get(headers::LAST_EVENT_ID) else {
+        // A fresh GET continues the standalone stream after what earlier connections were
+        // given; a second one replaces the first (CONTRACTS.md, T33).
+        let start = Start::Fresh {
+            cursor: runtime.standalone_cursor(),
+        };
+        return Ok(shared
+            .writer(&runtime, runtime.standalone(), start)
+            .into_response(None));
+    };
+    let id = last_event_id
+        .to_str()
+        .ok()
+        .and_then(|v| parse_last_event_id(v).ok())
+        .ok_or(ServerError::ResumeRefused(ResumeRefusal::Malformed))?;
+    // Read once before answering: an unusable id must be a 400, never a 200 with an empty or
+    // partial stream (DESIGN.md property 2).
+    let first = shared
+        .events
+        .read_after(runtime.owner(), id.stream, id.seq, READ_BATCH)
+        .await
+        .map_err(|error| match error {
+            StoreError::UnknownStream => ServerError::ResumeRefused(ResumeRefusal::Unknown),
+            StoreError::Expired => ServerError::ResumeRefused(ResumeRefusal::Expired),
+            other => ServerError::Store(other),
+        })?;
+    tracing::debug!(session = %runtime.record().id, stream = %id.stream, seq = id.seq, "resume");
+    let start = Start::Resume {
+        cursor: id.seq,
+        first,
+    };
+    Ok(shared
+        .writer(&runtime, id.stream, start)
+        .into_response(None))
+}
+
+/// `DELETE <path>`: ends the session and frees everything it held (T44, T45).
+pub(crate) async fn delete(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+) -> Result<StatusCode, ServerError> {
+    shared.ensure_sweeper();
+    let (parts, _body) = request.into_parts();
+    shared.check_host_origin(&parts)?;
+    check_protocol_version(&parts.headers)?;
+    let principal = shared.principal(&parts);
+    let runtime = shared.session(&parts.headers, &principal).await?;
+    let id = runtime.record().id.clone();
+    // Two concurrent DELETEs: the one that did not remove the record gets the 404.
+    if !shared.terminate(&id).await? {
+        return Err(ServerError::SessionNotFound);
+    }
+    tracing::info!(session = %id, "session deleted");
+    Ok(StatusCode::OK)
+}
+
+/// `GET /healthz`: the process is up and serving.
+pub(crate) async fn healthz() -> &'static str {
+    "ok\n"
+}

@@ -1,0 +1,289 @@
+//! Every way the endpoint refuses a request, and its HTTP answer, in one place.
+//!
+//! Each [`ServerError`] knows its status, its JSON-RPC error body (always with `"id": null`:
+//! a transport-level refusal answers no particular request) and any extra headers
+//! (`Retry-After`, `Allow`, `WWW-Authenticate`), and turns itself into a response through
+//! axum's [`IntoResponse`]. The endpoint's handlers return `Result<_, ServerError>` and never
+//! build an error body themselves, so no path can forget the body or the status
+//! (CONTRACTS.md, "Wire behaviour"; STYLE.md §3). JSON-RPC errors *inside* a stream (a
+//! handler's error result) are not here: they are ordinary responses.
+
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+use tether_proto::jsonrpc::{self, ErrorObject, ParseError};
+use tether_proto::version::ProtocolVersion;
+
+use crate::store::StoreError;
+
+/// JSON-RPC code of an unusable `Last-Event-ID` (CONTRACTS.md): implementation-defined
+/// server error, since no standard code fits and -32600 would blame the body.
+pub const RESUME_REFUSED: i64 = -32000;
+
+/// `Retry-After` for 503 "too many sessions": sessions end by DELETE or idle expiry, which
+/// takes minutes; a client retrying sooner than this only adds load.
+pub const TOO_MANY_SESSIONS_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// `Retry-After` for 429 "too many concurrent requests": requests finish in seconds, so a
+/// short pause is enough for a slot to free up.
+pub const TOO_MANY_REQUESTS_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// `Retry-After` for 503 while shutting down: a restart or another node takes a few seconds.
+pub const SHUTTING_DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Why a `Last-Event-ID` cannot be resumed: the `data.reason` of the 400 (CONTRACTS.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResumeRefusal {
+    /// Not an event id of this server's shape.
+    Malformed,
+    /// No such stream for this session (including another session's stream: no answer
+    /// reveals that another session exists).
+    Unknown,
+    /// The events after the id are no longer stored.
+    Expired,
+}
+
+impl ResumeRefusal {
+    /// The `data.reason` value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Malformed => "malformed",
+            Self::Unknown => "unknown",
+            Self::Expired => "expired",
+        }
+    }
+}
+
+/// A refused request: each variant is one row of CONTRACTS.md's status table.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The body is not JSON (-32700), not a JSON-RPC message, or a batch the version forbids
+    /// (-32600): 400.
+    #[error("{0}")]
+    InvalidBody(#[from] ParseError),
+    /// The request body could not be read (the client went away mid-body): 400.
+    #[error("request body could not be read")]
+    BodyUnreadable,
+    /// A non-initialize request without `Mcp-Session-Id`: 400.
+    #[error("missing Mcp-Session-Id header")]
+    MissingSessionId,
+    /// `Mcp-Session-Id` is not visible ASCII: 400.
+    #[error("malformed Mcp-Session-Id header")]
+    MalformedSessionId,
+    /// Unknown, terminated or expired session, or another principal's: 404.
+    #[error("session not found")]
+    SessionNotFound,
+    /// `MCP-Protocol-Version` names a version tether does not speak: 400 listing the
+    /// supported ones.
+    #[error("unsupported MCP-Protocol-Version")]
+    UnsupportedProtocolVersion,
+    /// `Accept` excludes every answer the server could give: 406.
+    #[error("Accept must allow {needs}")]
+    NotAcceptable {
+        /// The media type(s) the answer needs.
+        needs: &'static str,
+    },
+    /// POST without `Content-Type: application/json`: 415.
+    #[error("Content-Type must be application/json")]
+    UnsupportedMediaType,
+    /// An `Origin` not on the allow-list (DNS rebinding, S-SEC-1/2): 403.
+    #[error("origin not allowed")]
+    ForbiddenOrigin,
+    /// A `Host` not on the allow-list (DNS rebinding): 403.
+    #[error("host not allowed")]
+    ForbiddenHost,
+    /// Missing or wrong bearer token: 401 with `WWW-Authenticate: Bearer`.
+    #[error("authorization required")]
+    Unauthorized,
+    /// The body is larger than the configured limit: 413.
+    #[error("request body over {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The server holds its maximum number of sessions: 503 with `Retry-After`.
+    #[error("too many sessions")]
+    TooManySessions,
+    /// The session has its maximum number of requests in flight: 429 with `Retry-After`.
+    #[error("too many concurrent requests in this session")]
+    TooManyRequests,
+    /// An unusable `Last-Event-ID`: 400 with -32000 and `data.reason`.
+    #[error("cannot resume: {}", .0.as_str())]
+    ResumeRefused(ResumeRefusal),
+    /// GET while GET streams are turned off: 405 with `Allow: POST, DELETE`, empty body.
+    #[error("GET streams are disabled")]
+    GetDisabled,
+    /// The server is shutting down and cannot finish a JSON answer: 503 with `Retry-After`.
+    #[error("server shutting down")]
+    ShuttingDown,
+    /// The event or session store failed: 503 when it is unavailable, 500 otherwise.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl ServerError {
+    /// The HTTP status.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidBody(_)
+            | Self::BodyUnreadable
+            | Self::MissingSessionId
+            | Self::MalformedSessionId
+            | Self::UnsupportedProtocolVersion
+            | Self::ResumeRefused(_) => StatusCode::BAD_REQUEST,
+            Self::SessionNotFound => StatusCode::NOT_FOUND,
+            Self::NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::ForbiddenOrigin | Self::ForbiddenHost => StatusCode::FORBIDDEN,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooManySessions | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManyRequests | Self::Store(StoreError::TooManyStreams) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            Self::GetDisabled => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The JSON-RPC error of the body, or `None` for an empty body (405).
+    #[must_use]
+    pub fn error_object(&self) -> Option<ErrorObject> {
+        let object = match self {
+            // The parser classified it: -32700 for invalid JSON, -32600 otherwise.
+            Self::InvalidBody(error) => ErrorObject::new(error.code(), error.to_string()),
+            Self::UnsupportedProtocolVersion => {
+                let supported: Vec<&str> = ProtocolVersion::SUPPORTED
+                    .iter()
+                    .map(|v| v.as_str())
+                    .collect();
+                ErrorObject::new(jsonrpc::INVALID_REQUEST, self.to_string())
+                    .with_data(json!({"supported": supported}))
+            }
+            Self::ResumeRefused(reason) => ErrorObject::new(RESUME_REFUSED, self.to_string())
+                .with_data(json!({"reason": reason.as_str()})),
+            Self::GetDisabled => return None,
+            Self::Store(_) => ErrorObject::new(jsonrpc::INTERNAL_ERROR, self.to_string()),
+            _ => ErrorObject::new(jsonrpc::INVALID_REQUEST, self.to_string()),
+        };
+        Some(object)
+    }
+
+    /// Headers the answer carries besides `Content-Type`.
+    #[must_use]
+    pub fn extra_headers(&self) -> Vec<(header::HeaderName, HeaderValue)> {
+        let retry_after = |after: Duration| {
+            (
+                header::RETRY_AFTER,
+                HeaderValue::from(after.as_secs().max(1)),
+            )
+        };
+        match self {
+            Self::TooManySessions => vec![retry_after(TOO_MANY_SESSIONS_RETRY_AFTER)],
+            Self::TooManyRequests | Self::Store(StoreError::TooManyStreams) => {
+                vec![retry_after(TOO_MANY_REQUESTS_RETRY_AFTER)]
+            }
+            Self::ShuttingDown => vec![retry_after(SHUTTING_DOWN_RETRY_AFTER)],
+            Self::GetDisabled => vec![(header::ALLOW, HeaderValue::from_static("POST, DELETE"))],
+            Self::Unauthorized => {
+                vec![(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The body: a JSON-RPC error response with `"id": null`, or nothing.
+    fn body(&self) -> Option<Vec<u8>> {
+        self.error_object().map(|error| {
+            let response: Value = json!({"jsonrpc": "2.0", "id": null, "error": error});
+            serde_json::to_vec(&response).expect("a JSON value always serializes")
+        })
+    }
+}
+
+impl IntoResponse for ServerError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), error = %self, "request failed");
+        } else {
+            tracing::debug!(status = status.as_u16(), error = %self, "request refused");
+        }
+        let mut response = match self.body() {
+            Some(body) => (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(tether_proto::headers::APPLICATION_JSON),
+                )],
+                body,
+            )
+                .into_response(),
+            None => ().into_response(),
+        };
+        *response.status_mut() = status;
+        response.headers_mut().extend(self.extra_headers());
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_has_its_status_and_code() {
+        let cases = [
+            (ServerError::MissingSessionId, 400, Some(-32600)),
+            (ServerError::SessionNotFound, 404, Some(-32600)),
+            (ServerError::UnsupportedProtocolVersion, 400, Some(-32600)),
+            (ServerError::NotAcceptable { needs: "x" }, 406, Some(-32600)),
+            (ServerError::UnsupportedMediaType, 415, Some(-32600)),
+            (ServerError::ForbiddenOrigin, 403, Some(-32600)),
+            (ServerError::Unauthorized, 401, Some(-32600)),
+            (ServerError::PayloadTooLarge { limit: 1 }, 413, Some(-32600)),
+            (ServerError::TooManySessions, 503, Some(-32600)),
+            (ServerError::TooManyRequests, 429, Some(-32600)),
+            (
+                ServerError::ResumeRefused(ResumeRefusal::Expired),
+                400,
+                Some(-32000),
+            ),
+            (ServerError::GetDisabled, 405, None),
+        ];
+        for (error, status, code) in cases {
+            assert_eq!(error.status().as_u16(), status, "{error}");
+            assert_eq!(error.error_object().map(|e| e.code), code, "{error}");
+        }
+    }
+
+    #[test]
+    fn unsupported_version_lists_the_supported_ones() {
+        let data = ServerError::UnsupportedProtocolVersion
+            .error_object()
+            .unwrap()
+            .data
+            .unwrap();
+        assert_eq!(
+            data,
+            json!({"supported": ["2025-03-26", "2025-06-18", "2025-11-25"]})
+        );
+    }
+
+    #[test]
+    fn retry_after_and_allow_headers() {
+        let headers = ServerError::TooManySessions.extra_headers();
+        assert_eq!(headers[0].0, header::RETRY_AFTER);
+        assert_eq!(headers[0].1, "30");
+        let headers = ServerError::GetDisabled.extra_headers();
+        assert_eq!(headers[0].1, "POST, DELETE");
+        let headers = ServerError::Unauthorized.extra_headers();
+        assert_eq!(headers[0].1, "Bearer");
+    }
+}

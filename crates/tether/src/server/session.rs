@@ -1,0 +1,346 @@
+//! The live, in-process side of a session: what exists only while this node serves it.
+//!
+//! The [`SessionRecord`] (id, negotiated version, principal, standalone stream) lives in the
+//! [`SessionStore`](crate::store::SessionStore) and the session's events in the
+//! [`EventStore`]; this module owns what cannot be stored: the requests in flight and their
+//! cancellation tokens, the server→client requests awaiting a client's answer, the open SSE
+//! connections per stream (so that a second connection replaces the first), the log level set
+//! by `logging/setLevel`, and the token that ends all of it when the session is deleted or
+//! expires. A [`SessionRuntime`] is rebuilt from its record on first use, so a node that did
+//! not create a session (or restarted) can still serve it. It does not own HTTP or the wire
+//! format.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tether_proto::ids::{EventId, StreamId};
+use tether_proto::jsonrpc::{Message, RequestId, Response};
+use tether_proto::version::ProtocolVersion;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::context::LogLevel;
+use crate::store::{EventStore, SessionRecord, StoreError, StreamOwner};
+
+/// Locks a mutex whose data stays consistent even if a holder panicked: every critical
+/// section here is a single map operation, so a poisoned lock is still safe to use.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One session's runtime state on this node.
+pub(crate) struct SessionRuntime {
+    record: SessionRecord,
+    owner: StreamOwner,
+    events: Arc<dyn EventStore>,
+    log_level: AtomicU8,
+    /// Cancelled when the session ends (DELETE, idle expiry): every request token and every
+    /// connection token is a child of it.
+    closed: CancellationToken,
+    in_flight: Mutex<HashMap<RequestId, InFlight>>,
+    pending: Mutex<HashMap<RequestId, oneshot::Sender<Response>>>,
+    connections: Mutex<HashMap<StreamId, Connection>>,
+    next_outgoing_id: AtomicI64,
+    next_generation: AtomicU64,
+    /// The highest seq of the standalone stream handed to a connection: a fresh GET (without
+    /// `Last-Event-ID`) continues after it, so a reconnecting client neither loses messages
+    /// stored while no GET was open nor gets the ones already written again.
+    standalone_cursor: AtomicU64,
+}
+
+struct InFlight {
+    generation: u64,
+    token: CancellationToken,
+}
+
+struct Connection {
+    generation: u64,
+    token: CancellationToken,
+}
+
+impl std::fmt::Debug for SessionRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionRuntime")
+            .field("record", &self.record)
+            .field("closed", &self.closed.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionRuntime {
+    /// The runtime of a session, from its stored record.
+    pub(crate) fn new(record: SessionRecord, events: Arc<dyn EventStore>) -> Arc<Self> {
+        let owner = StreamOwner {
+            principal: record.principal.clone(),
+            session: record.id.clone(),
+        };
+        Arc::new(Self {
+            record,
+            owner,
+            events,
+            log_level: AtomicU8::new(LogLevel::DEFAULT as u8),
+            closed: CancellationToken::new(),
+            in_flight: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            connections: Mutex::new(HashMap::new()),
+            next_outgoing_id: AtomicI64::new(1),
+            next_generation: AtomicU64::new(1),
+            standalone_cursor: AtomicU64::new(EventId::PRIMING_SEQ),
+        })
+    }
+
+    pub(crate) fn record(&self) -> &SessionRecord {
+        &self.record
+    }
+
+    pub(crate) fn owner(&self) -> &StreamOwner {
+        &self.owner
+    }
+
+    pub(crate) fn version(&self) -> ProtocolVersion {
+        self.record.version
+    }
+
+    pub(crate) fn standalone(&self) -> StreamId {
+        self.record.standalone
+    }
+
+    pub(crate) fn events(&self) -> &Arc<dyn EventStore> {
+        &self.events
+    }
+
+    pub(crate) fn log_level(&self) -> LogLevel {
+        LogLevel::from_u8(self.log_level.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_log_level(&self, level: LogLevel) {
+        self.log_level.store(level as u8, Ordering::Relaxed);
+    }
+
+    pub(crate) fn closed(&self) -> &CancellationToken {
+        &self.closed
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Appends one message to `stream` (persist, then send: a writer loop picks it up).
+    pub(crate) async fn append(
+        &self,
+        stream: StreamId,
+        message: &Message,
+    ) -> Result<EventId, StoreError> {
+        let bytes = message.to_vec();
+        let id = self.events.append(stream, &bytes).await?;
+        tracing::trace!(session = %self.record.id, stream = %stream, seq = id.seq, "appended");
+        Ok(id)
+    }
+
+    /// Ends the session on this node: cancels its requests (their handlers see
+    /// `cancelled()`), fails the server→client requests awaiting an answer, and closes its
+    /// connections.
+    pub(crate) fn close(&self) {
+        self.closed.cancel();
+        lock(&self.pending).clear();
+        lock(&self.in_flight).clear();
+    }
+
+    /// Whether anything is running or connected, which keeps the session from idling out.
+    pub(crate) fn is_busy(&self) -> bool {
+        !lock(&self.in_flight).is_empty() || !lock(&self.connections).is_empty()
+    }
+
+    fn generation(&self) -> u64 {
+        self.next_generation.fetch_add(1, Ordering::Relaxed)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Requests in flight
+
+    /// Reserves an in-flight slot for each id, all or none: `None` when that would exceed
+    /// `max` in-flight requests. Inside `Some`, an id already in flight in this session gets
+    /// `Err(())` (MCP: request ids are never reused within a session).
+    pub(crate) fn reserve(
+        self: &Arc<Self>,
+        ids: &[RequestId],
+        max: usize,
+    ) -> Option<Vec<Result<InFlightSlot, ()>>> {
+        let mut in_flight = lock(&self.in_flight);
+        if in_flight.len().saturating_add(ids.len()) > max {
+            return None;
+        }
+        let mut slots = Vec::with_capacity(ids.len());
+        for id in ids {
+            if in_flight.contains_key(id) {
+                slots.push(Err(()));
+                continue;
+            }
+            let generation = self.generation();
+            let token = self.closed.child_token();
+            in_flight.insert(
+                id.clone(),
+                InFlight {
+                    generation,
+                    token: token.clone(),
+                },
+            );
+            slots.push(Ok(InFlightSlot {
+                runtime: Arc::clone(self),
+                id: id.clone(),
+                generation,
+                token,
+            }));
+        }
+        Some(slots)
+    }
+
+    /// `notifications/cancelled`: cancels the request `id` if it is in flight; unknown and
+    /// finished ids are ignored (T99).
+    pub(crate) fn cancel_request(&self, id: &RequestId) -> bool {
+        let removed = lock(&self.in_flight).remove(id);
+        removed.map(|entry| entry.token.cancel()).is_some()
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Server→client requests
+
+    /// The id of the next server→client request. Integers counting from 1 per session; the
+    /// client's ids are another namespace (JSON-RPC ids are per direction).
+    pub(crate) fn next_request_id(&self) -> RequestId {
+        RequestId::from(self.next_outgoing_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Registers a server→client request before it is sent, so an instant answer is not
+    /// missed. The guard unregisters it when the waiter gives up.
+    pub(crate) fn expect_response(
+        self: &Arc<Self>,
+        id: RequestId,
+    ) -> (PendingGuard, oneshot::Receiver<Response>) {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(id.clone(), tx);
+        let guard = PendingGuard {
+            runtime: Arc::clone(self),
+            id,
+        };
+        (guard, rx)
+    }
+
+    /// A response the client POSTed: hands it to the waiting server→client request. Responses
+    /// nobody waits for (late, unknown, id-less) are dropped.
+    pub(crate) fn deliver_response(&self, response: Response) -> bool {
+        let Some(id) = response.id() else {
+            return false;
+        };
+        let waiter = lock(&self.pending).remove(id);
+        waiter.is_some_and(|tx| tx.send(response).is_ok())
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Connections
+
+    /// Registers a new connection writing `stream`, closing the previous one if any
+    /// (CONTRACTS.md: a second GET for a stream with a live connection replaces it).
+    pub(crate) fn connect(self: &Arc<Self>, stream: StreamId) -> ConnectionGuard {
+        let generation = self.generation();
+        let token = self.closed.child_token();
+        let previous = lock(&self.connections).insert(
+            stream,
+            Connection {
+                generation,
+                token: token.clone(),
+            },
+        );
+        if let Some(previous) = previous {
+            tracing::debug!(session = %self.record.id, stream = %stream, "connection replaced");
+            previous.token.cancel();
+        }
+        ConnectionGuard {
+            runtime: Arc::clone(self),
+            stream,
+            generation,
+            token,
+        }
+    }
+
+    pub(crate) fn standalone_cursor(&self) -> u64 {
+        self.standalone_cursor.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn advance_standalone_cursor(&self, seq: u64) {
+        self.standalone_cursor.fetch_max(seq, Ordering::AcqRel);
+    }
+}
+
+/// A reserved in-flight request; dropping it frees the slot.
+#[derive(Debug)]
+pub(crate) struct InFlightSlot {
+    runtime: Arc<SessionRuntime>,
+    id: RequestId,
+    generation: u64,
+    token: CancellationToken,
+}
+
+impl InFlightSlot {
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+impl Drop for InFlightSlot {
+    fn drop(&mut self) {
+        let mut in_flight = lock(&self.runtime.in_flight);
+        // Only our own entry: the id may have been cancelled and reused since.
+        if in_flight
+            .get(&self.id)
+            .is_some_and(|entry| entry.generation == self.generation)
+        {
+            in_flight.remove(&self.id);
+        }
+    }
+}
+
+/// Unregisters a server→client request when its waiter is dropped.
+#[derive(Debug)]
+pub(crate) struct PendingGuard {
+    runtime: Arc<SessionRuntime>,
+    id: RequestId,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        lock(&self.runtime.pending).remove(&self.id);
+    }
+}
+
+/// One open connection writing a stream; dropping it (the body ended or the client left)
+/// unregisters it.
+#[derive(Debug)]
+pub(crate) struct ConnectionGuard {
+    runtime: Arc<SessionRuntime>,
+    stream: StreamId,
+    generation: u64,
+    token: CancellationToken,
+}
+
+impl ConnectionGuard {
+    /// Cancelled when the connection is replaced or the session ends.
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        let mut connections = lock(&self.runtime.connections);
+        if connections
+            .get(&self.stream)
+            .is_some_and(|c| c.generation == self.generation)
+        {
+            connections.remove(&self.stream);
+        }
+    }
+}
