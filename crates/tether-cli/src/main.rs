@@ -1,11 +1,16 @@
 //! The `tether` command: a thin layer over the `tether` library.
 //!
-//! `main` parses arguments and maps the outcome to the exit codes that `CONTRACTS.md` pins;
-//! each subcommand will live in its own module and call the library.
+//! `main` parses arguments, sets up logging (stderr, `RUST_LOG`) and maps the outcome to the
+//! exit codes that `CONTRACTS.md` pins: 0 success, 2 usage error (including features that have
+//! not landed yet), 1 any other failure. Each subcommand lives in its own module and calls the
+//! library; `serve` is the first to land.
 
-use std::process::ExitCode;
+mod serve;
+
+use std::{fmt, io::IsTerminal as _, process::ExitCode};
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
 
 /// Exit code for a usage error (CONTRACTS.md).
 const EXIT_USAGE: u8 = 2;
@@ -21,7 +26,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the demo MCP server, or a stdio MCP server, over resumable Streamable HTTP.
-    Serve(Passthrough),
+    Serve(Box<serve::ServeArgs>),
     /// Call one tool and show its progress, resuming across connection cuts.
     Call(Passthrough),
     /// Bridge stdio to a remote MCP server.
@@ -37,24 +42,63 @@ struct Passthrough {
     args: Vec<String>,
 }
 
+/// A usage error found after parsing (a flag whose feature has not landed, a value clap cannot
+/// check): printed like any error, but exits with [`EXIT_USAGE`] as clap's own errors do.
+#[derive(Debug)]
+struct UsageError(String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("tether: {error:#}");
-            ExitCode::FAILURE
+            if error.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let name = match cli.command {
-        Command::Serve(_) => "serve",
+        Command::Serve(args) => {
+            init_logging("info");
+            return serve::run(*args);
+        }
         Command::Call(_) => "call",
         Command::Connect(_) => "connect",
         Command::Bench(_) => "bench",
     };
     eprintln!("tether: `tether {name}` is not implemented yet; see the README for what has landed");
     Ok(ExitCode::from(EXIT_USAGE))
+}
+
+/// Sends `tracing` output to stderr (stdout carries only what a subcommand promises, such as
+/// `serve`'s ready line), filtered by `RUST_LOG`, else by `default`.
+fn init_logging(default: &str) {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
+            .unwrap_or_else(|error| {
+                eprintln!("tether: ignoring RUST_LOG={directives:?}: {error}");
+                EnvFilter::new(default)
+            }),
+        _ => EnvFilter::new(default),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person watching; log files and test rings get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
 }

@@ -1,0 +1,391 @@
+//! `tether serve`: the built-in demo server (or, later, a gateway to a stdio server) over
+//! resumable Streamable HTTP.
+//!
+//! This module turns the flags CONTRACTS.md pins (`tether serve`) into a
+//! [`tether::server::ServerConfig`], binds the listener, prints the one ready line on stdout
+//! (`tether: serving http://HOST:PORT/PATH`, which tests and scripts wait for), and runs
+//! [`Server::serve`] until SIGINT or SIGTERM, then shuts down gracefully and exits 0. It holds
+//! no server logic: everything here is a library call a user can make too.
+//!
+//! Flags whose features arrive with later issues (the SQLite and Redis stores, bearer
+//! authentication, SEP-1699 polling, the conformance fixtures, gateway mode) are accepted by
+//! the parser so that `--help` shows the whole contract, and refused before anything is bound
+//! with a "not yet supported" usage error (exit 2) naming the flag.
+
+use std::{
+    ffi::OsString, io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use tether::{
+    demo::DemoHandler,
+    server::{Server, ServerConfig},
+};
+use tokio::{net::TcpListener, sync::oneshot};
+use tracing::{error, info};
+
+use crate::UsageError;
+
+/// How long a graceful shutdown may take before the process gives up on it and exits 1. The
+/// server only has to append `retry` to each open stream and close it, which takes
+/// milliseconds; the bound exists so that a stuck connection cannot keep a stopped server (and
+/// its port) alive until someone sends SIGKILL.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The `Host` allow-list entry that accepts any host.
+const ANY_HOST: &str = "*";
+
+/// How long the runtime may take to drop its remaining tasks after `serve` returned.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
+
+/// Arguments of `tether serve` (CONTRACTS.md, "`tether serve`").
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (`HOST:PORT`); port 0 picks a free port.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    bind: String,
+
+    /// The MCP endpoint's path.
+    #[arg(long, value_name = "PATH", default_value = "/mcp", value_parser = parse_path)]
+    path: String,
+
+    /// Where sessions and events are kept: `memory`, `sqlite:PATH` or
+    /// `redis://HOST:PORT[/DB]` (only `memory` so far).
+    #[arg(long, value_name = "STORE", default_value = "memory", value_parser = parse_store)]
+    store: StoreSpec,
+
+    /// The SSE `retry` (milliseconds) sent on every stream: how long clients wait before
+    /// reconnecting.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    retry_ms: u64,
+
+    /// Seconds between keep-alive comments on idle streams.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 15,
+        value_parser = parse_positive
+    )]
+    keepalive_secs: u64,
+
+    /// Answer requests with one `application/json` body instead of an SSE stream.
+    #[arg(long)]
+    json_response: bool,
+
+    /// An `Origin` to accept (repeatable; `*` accepts any). Without it, loopback origins
+    /// only; giving any replaces that default. Requests without `Origin` are always accepted.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    allowed_origins: Vec<String>,
+
+    /// A `Host` to accept: `name`, `name:port` or `*` (repeatable). Without it, loopback
+    /// names on a loopback bind and any host otherwise; giving any replaces that default.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    allowed_hosts: Vec<String>,
+
+    /// Seconds without activity after which a session expires.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 1800,
+        value_parser = parse_positive
+    )]
+    session_idle_secs: u64,
+
+    /// Require bearer tokens from this file: one `TOKEN` or `PRINCIPAL:TOKEN` per line (not
+    /// yet supported).
+    #[arg(long, value_name = "FILE")]
+    auth_token_file: Option<PathBuf>,
+
+    /// Close long-lived stream connections after N seconds, with `retry` first (not yet
+    /// supported).
+    #[arg(long, value_name = "N")]
+    poll_after_secs: Option<u64>,
+
+    /// The `Tether-Node` header value (default: a random id chosen at start).
+    #[arg(long, value_name = "ID", value_parser = parse_node_id)]
+    node_id: Option<String>,
+
+    /// Which built-in demo to serve when no gateway command is given.
+    #[arg(long, value_enum, value_name = "DEMO", default_value_t = Demo::Count)]
+    demo: Demo,
+
+    /// Serve this stdio MCP server instead of the demo (not yet supported).
+    #[arg(last = true, value_name = "CMD ARGS")]
+    gateway: Vec<OsString>,
+}
+
+/// The built-in demos of `--demo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Demo {
+    /// The `count` and `echo` tools.
+    Count,
+    /// The MCP conformance suite's fixtures (not yet supported).
+    Conformance,
+}
+
+/// A parsed `--store` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StoreSpec {
+    Memory,
+    Sqlite(PathBuf),
+    Redis(String),
+}
+
+fn parse_positive(value: &str) -> Result<u64, String> {
+    // Zero would mean a keep-alive timer that never waits, or sessions that expire at once.
+    match value.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+fn parse_store(value: &str) -> Result<StoreSpec, String> {
+    if value == "memory" {
+        return Ok(StoreSpec::Memory);
+    }
+    if let Some(path) = value.strip_prefix("sqlite:") {
+        if path.is_empty() {
+            return Err("`sqlite:` needs a database path, e.g. sqlite:./tether.db".to_owned());
+        }
+        return Ok(StoreSpec::Sqlite(PathBuf::from(path)));
+    }
+    if value.starts_with("redis://") || value.starts_with("rediss://") {
+        return Ok(StoreSpec::Redis(value.to_owned()));
+    }
+    Err("expected `memory`, `sqlite:PATH` or `redis://HOST:PORT[/DB]`".to_owned())
+}
+
+fn parse_path(value: &str) -> Result<String, String> {
+    // The path becomes a route and part of the advertised URL: one plain absolute path, no
+    // query, fragment or route-pattern syntax.
+    let plain =
+        value.bytes().all(|b| b.is_ascii_graphic()) && !value.contains(['?', '#', '{', '}', '*']);
+    if !value.starts_with('/') || !plain {
+        return Err("expected an absolute path such as /mcp".to_owned());
+    }
+    Ok(value.to_owned())
+}
+
+fn parse_node_id(value: &str) -> Result<String, String> {
+    // It is sent as the `Tether-Node` header value on every response.
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("expected visible ASCII characters without spaces".to_owned());
+    }
+    Ok(value.to_owned())
+}
+
+impl ServeArgs {
+    /// Refuses the flags whose features have not landed, before anything is bound.
+    fn check_supported(&self) -> Result<(), UsageError> {
+        let refuse = |what: &str, arrives: &str| {
+            Err(UsageError(format!(
+                "{what} is not yet supported: it arrives with {arrives}"
+            )))
+        };
+        match &self.store {
+            StoreSpec::Memory => {}
+            StoreSpec::Sqlite(_) => {
+                return refuse(
+                    "--store sqlite:PATH",
+                    "the SQLite store (use --store memory)",
+                );
+            }
+            StoreSpec::Redis(_) => {
+                return refuse("--store redis://…", "the Redis store (use --store memory)");
+            }
+        }
+        if self.auth_token_file.is_some() {
+            return refuse("--auth-token-file", "bearer authentication");
+        }
+        if self.poll_after_secs.is_some() {
+            return refuse("--poll-after-secs", "SEP-1699 polling");
+        }
+        if !self.gateway.is_empty() {
+            return refuse("gateway mode (`-- CMD ARGS...`)", "the stdio gateway");
+        }
+        if self.demo == Demo::Conformance {
+            return refuse("--demo conformance", "the conformance fixtures");
+        }
+        Ok(())
+    }
+
+    /// The server configuration these flags describe; unset flags keep the library defaults.
+    fn server_config(&self) -> ServerConfig {
+        let mut config = ServerConfig::default();
+        config.path.clone_from(&self.path);
+        config.retry = Duration::from_millis(self.retry_ms);
+        config.keepalive = Duration::from_secs(self.keepalive_secs);
+        config.json_response = self.json_response;
+        config.allowed_origins.clone_from(&self.allowed_origins);
+        config.allowed_hosts.clone_from(&self.allowed_hosts);
+        config.session_idle = Duration::from_secs(self.session_idle_secs);
+        if let Some(node_id) = &self.node_id {
+            config.node_id.clone_from(node_id);
+        }
+        config
+    }
+}
+
+/// Runs `tether serve` to completion: 0 after a graceful shutdown.
+pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    args.check_supported()?;
+    let config = args.server_config();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(serve(&args.bind, config));
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Binds `bind`, announces the URL and serves the demo until a signal stops it.
+async fn serve(bind: &str, mut config: ServerConfig) -> anyhow::Result<()> {
+    // Before the ready line: a SIGTERM that follows it at once must take the graceful path,
+    // not the default action (death by signal, no exit 0).
+    let mut signals = Signals::new().context("installing signal handlers")?;
+    let listener = TcpListener::bind(bind)
+        .await
+        .with_context(|| format!("cannot listen on {bind}"))?;
+    let local = listener.local_addr().context("reading the bound address")?;
+    if config.allowed_hosts.is_empty() && !local.ip().is_loopback() {
+        // The library's default Host allow-list (loopback names) guards a loopback bind
+        // against DNS rebinding; a server bound to a routable address is reached under names
+        // it cannot know, so the check is on by default for loopback binds only (issue 4).
+        info!(bind = %local, "Host check off for a non-loopback bind; restrict it with --allowed-host");
+        config.allowed_hosts = vec![ANY_HOST.to_owned()];
+    }
+    let url = endpoint_url(local, &config.path);
+    let server = Server::with_memory_stores(config, Arc::new(DemoHandler::new()));
+
+    announce(&url)?;
+    info!(%url, store = "memory", demo = "count", "tether serve ready");
+
+    let (stop, stopped) = oneshot::channel::<()>();
+    let serving = server.serve(listener, async move {
+        // A dropped sender also stops the server; either way it is time to go.
+        stopped.await.ok();
+    });
+    tokio::pin!(serving);
+
+    let signal = tokio::select! {
+        result = &mut serving => {
+            // Only an accept-loop failure ends `serve` without a shutdown request.
+            return result.context("serving");
+        }
+        signal = signals.recv() => signal,
+    };
+    info!(signal, "shutting down: closing open streams");
+    stop.send(()).ok();
+    tokio::select! {
+        result = &mut serving => result.context("shutting down")?,
+        signal = signals.recv() => {
+            error!(signal, "second signal: stopping without waiting for open streams");
+            bail!("stopped by a second {signal} before the graceful shutdown finished");
+        }
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            error!(grace = ?SHUTDOWN_GRACE, "graceful shutdown did not finish in time");
+            bail!("graceful shutdown did not finish within {SHUTDOWN_GRACE:?}");
+        }
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// `http://HOST:PORT/PATH` of the bound listener (IPv6 hosts in brackets).
+fn endpoint_url(local: SocketAddr, path: &str) -> String {
+    format!("http://{local}{path}")
+}
+
+/// Prints the ready line, the only line `serve` ever writes to stdout (CONTRACTS.md).
+fn announce(url: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "tether: serving {url}")
+        .and_then(|()| stdout.flush())
+        .context("writing the ready line to stdout")
+}
+
+/// SIGINT and SIGTERM, registered once so that no signal between two waits is lost.
+struct Signals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// Waits for the next signal and names it.
+    async fn recv(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => "SIGINT",
+                _ = self.terminate.recv() => "SIGTERM",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c().await.ok();
+            "ctrl-c"
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_values() {
+        assert_eq!(parse_store("memory"), Ok(StoreSpec::Memory));
+        assert_eq!(
+            parse_store("sqlite:/tmp/t.db"),
+            Ok(StoreSpec::Sqlite(PathBuf::from("/tmp/t.db")))
+        );
+        assert_eq!(
+            parse_store("redis://127.0.0.1:6379/2"),
+            Ok(StoreSpec::Redis("redis://127.0.0.1:6379/2".to_owned()))
+        );
+        assert!(parse_store("sqlite:").is_err());
+        assert!(parse_store("postgres://x").is_err());
+    }
+
+    #[test]
+    fn paths_and_node_ids() {
+        assert_eq!(parse_path("/mcp").as_deref(), Ok("/mcp"));
+        assert!(parse_path("mcp").is_err());
+        assert!(parse_path("/a b").is_err());
+        assert!(parse_path("/mcp?x=1").is_err());
+        assert!(parse_path("/{id}").is_err());
+        assert_eq!(parse_node_id("node-1").as_deref(), Ok("node-1"));
+        assert!(parse_node_id("").is_err());
+        assert!(parse_node_id("a b").is_err());
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            endpoint_url("127.0.0.1:8080".parse().unwrap(), "/mcp"),
+            "http://127.0.0.1:8080/mcp"
+        );
+        assert_eq!(
+            endpoint_url("[::1]:9".parse().unwrap(), "/x"),
+            "http://[::1]:9/x"
+        );
+    }
+}

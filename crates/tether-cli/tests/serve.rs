@@ -1,0 +1,279 @@
+//! `tether serve` as a process: the ready line, a `count` call over the raw reader, graceful
+//! exit 0 on SIGTERM and SIGINT, `--bind 127.0.0.1:0`, the flags that shape the endpoint, and
+//! exit 2 naming the flag for every feature that has not landed (CONTRACTS.md, "`tether
+//! serve`").
+
+use std::{process::Output, time::Duration};
+
+use anyhow::{Context as _, bail, ensure};
+use serde_json::{Value, json};
+use tether_testkit::{
+    launcher::{ServerProcess, ServerSpec, tether_bin},
+    raw::RawClient,
+};
+
+/// How long a refused invocation may take: it must fail before binding anything.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Runs `tether ARGS` to completion (killed after [`REFUSAL_TIMEOUT`]).
+async fn run_tether(args: &[&str]) -> anyhow::Result<Output> {
+    let child = tokio::process::Command::new(tether_bin()?)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("spawning tether")?;
+    tokio::time::timeout(REFUSAL_TIMEOUT, child.wait_with_output())
+        .await
+        .with_context(|| format!("tether {args:?} did not exit"))?
+        .context("waiting for tether")
+}
+
+/// Calls `count` with a progress token and checks CONTRACTS.md's shape.
+async fn count_over(url: &str, n: usize) -> anyhow::Result<()> {
+    let mut client = RawClient::new(url)?;
+    client.initialize().await?;
+    let (id, mut response) = client
+        .call_tool("count", json!({"n": n}), Some(json!("cli")))
+        .await?;
+    ensure!(response.status() == 200, "status {}", response.status());
+    let result = response
+        .read_until_response(id)
+        .await?
+        .context("no response to count")?;
+    let progress: Vec<f64> = response
+        .transcript()
+        .messages()?
+        .iter()
+        .filter(|(_, m)| m["method"] == "notifications/progress")
+        .filter_map(|(_, m)| m["params"]["progress"].as_f64())
+        .collect();
+    let expected: Vec<f64> = (1..=n).map(|i| i as f64).collect();
+    ensure!(progress == expected, "progress {progress:?}");
+    ensure!(
+        result["result"]["content"][0]["text"] == json!(format!("counted {n}")),
+        "result {result}"
+    );
+    Ok(())
+}
+
+/// SIGTERMs the server and expects exit 0.
+async fn terminate_ok(server: &mut ServerProcess) -> anyhow::Result<()> {
+    let status = server.terminate().await?;
+    ensure!(
+        status.code() == Some(0),
+        "exit {status}; logs:\n{}",
+        server.logs()
+    );
+    Ok(())
+}
+
+fn stdout_lines(server: &ServerProcess) -> Vec<String> {
+    server
+        .logs()
+        .lines()
+        .filter_map(|l| l.strip_prefix("[stdout] ").map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn serves_count_and_exits_zero_on_sigterm() -> anyhow::Result<()> {
+    let mut server = ServerSpec::tether_serve()?.start().await?;
+    let url = server.url().to_owned();
+    ensure!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+        "{url}"
+    );
+    count_over(&url, 10).await?;
+    terminate_ok(&mut server).await?;
+    // The ready line is the only thing on stdout; logs go to stderr.
+    let stdout = stdout_lines(&server);
+    ensure!(
+        stdout == [format!("tether: serving {url}")],
+        "stdout {stdout:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn exits_zero_on_sigint() -> anyhow::Result<()> {
+    let mut server = ServerSpec::tether_serve()?.start().await?;
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &server.pid().to_string()])
+        .status()?;
+    ensure!(status.success(), "kill -INT failed");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.is_running() {
+        if tokio::time::Instant::now() > deadline {
+            bail!("still running after SIGINT; logs:\n{}", server.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Already reaped: `kill` reports the earlier exit status.
+    let status = server.kill().await?;
+    ensure!(status.code() == Some(0), "exit {status}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn sigterm_with_an_open_stream_still_exits_zero() -> anyhow::Result<()> {
+    let mut server = ServerSpec::tether_serve()?.start().await?;
+    let mut client = RawClient::new(server.url())?;
+    client.initialize().await?;
+    let standalone = client.open_get_stream().await?;
+    ensure!(standalone.status() == 200, "GET {}", standalone.status());
+    let (_, long_call) = client
+        .call_tool(
+            "count",
+            json!({"n": 100_000, "interval_ms": 50}),
+            Some(json!(1)),
+        )
+        .await?;
+    ensure!(long_call.status() == 200);
+    terminate_ok(&mut server).await?;
+    drop((standalone, long_call));
+    Ok(())
+}
+
+#[tokio::test]
+async fn port_zero_picks_distinct_free_ports() -> anyhow::Result<()> {
+    let mut first = ServerSpec::tether_serve()?.start().await?;
+    let mut second = ServerSpec::tether_serve()?.start().await?;
+    ensure!(first.addr().port() != 0 && second.addr().port() != 0);
+    ensure!(first.addr() != second.addr(), "{first:?} {second:?}");
+    count_over(first.url(), 1).await?;
+    count_over(second.url(), 1).await?;
+    terminate_ok(&mut first).await?;
+    terminate_ok(&mut second).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn endpoint_flags_shape_the_server() -> anyhow::Result<()> {
+    let mut server = ServerSpec::tether_serve()?
+        .args([
+            "--path",
+            "/other",
+            "--json-response",
+            "--node-id",
+            "node-a",
+            "--retry-ms",
+            "250",
+            "--keepalive-secs",
+            "5",
+            "--session-idle-secs",
+            "60",
+            "--allowed-origin",
+            "http://example.test",
+            "--allowed-host",
+            "example.test",
+            "--allowed-host",
+            "127.0.0.1",
+            "--store",
+            "memory",
+            "--demo",
+            "count",
+        ])
+        .start()
+        .await?;
+    ensure!(server.url().ends_with("/other"), "{}", server.url());
+    let mut client = RawClient::new(server.url())?;
+    client.initialize().await?;
+    let (id, response) = client
+        .call_tool("count", json!({"n": 3}), Some(json!("j")))
+        .await?;
+    ensure!(
+        response
+            .header("content-type")
+            .is_some_and(|v| v.starts_with("application/json")),
+        "--json-response: {:?}",
+        response.headers()
+    );
+    ensure!(
+        response.header("tether-node") == Some("node-a"),
+        "--node-id: {:?}",
+        response.headers()
+    );
+    let transcript = response.read_to_end().await?;
+    let body: Value = transcript.json()?;
+    ensure!(body["id"] == json!(id), "{body}");
+    ensure!(
+        body["result"]["content"][0]["text"] == json!("counted 3"),
+        "{body}"
+    );
+    terminate_ok(&mut server).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn unsupported_flags_exit_two_naming_the_flag() -> anyhow::Result<()> {
+    let cases: [(&[&str], &str); 6] = [
+        (&["--store", "sqlite:/tmp/tether-test.db"], "--store sqlite"),
+        (&["--store", "redis://127.0.0.1:6379/0"], "--store redis"),
+        (
+            &["--auth-token-file", "/nonexistent/tokens"],
+            "--auth-token-file",
+        ),
+        (&["--poll-after-secs", "5"], "--poll-after-secs"),
+        (&["--demo", "conformance"], "--demo conformance"),
+        (&["--", "cat", "-u"], "-- CMD"),
+    ];
+    for (flags, named) in cases {
+        // Port 0, so that a wrongly accepted flag cannot clash with anything while it runs;
+        // the flags go last because `--` must.
+        let mut args = vec!["serve", "--bind", "127.0.0.1:0"];
+        args.extend_from_slice(flags);
+        let output = run_tether(&args).await?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        ensure!(
+            output.status.code() == Some(2),
+            "{args:?}: exit {} stderr {stderr}",
+            output.status
+        );
+        ensure!(
+            stderr.contains(named) && stderr.contains("not yet supported"),
+            "{args:?}: stderr {stderr:?}"
+        );
+        ensure!(output.stdout.is_empty(), "{args:?}: printed a ready line");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_flag_values_exit_two() -> anyhow::Result<()> {
+    for args in [
+        &["serve", "--store", "postgres://x"][..],
+        &["serve", "--path", "mcp"],
+        &["serve", "--keepalive-secs", "0"],
+        &["serve", "--retry-ms", "soon"],
+        &["serve", "--node-id", "two words"],
+        &["serve", "--no-such-flag"],
+    ] {
+        let output = run_tether(args).await?;
+        ensure!(
+            output.status.code() == Some(2),
+            "{args:?}: exit {} stderr {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        ensure!(output.stdout.is_empty(), "{args:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn bind_failure_is_reported() -> anyhow::Result<()> {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = taken.local_addr()?.to_string();
+    let output = run_tether(&["serve", "--bind", &addr]).await?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure!(output.status.code() == Some(1), "exit {}", output.status);
+    ensure!(
+        stderr.contains("cannot listen on") && stderr.contains(&addr),
+        "{stderr}"
+    );
+    ensure!(output.stdout.is_empty());
+    Ok(())
+}
