@@ -1267,7 +1267,15 @@ proptest! {
                     model.outstanding = false;
                     // A wait scheduled by an accepted report honours `retry` and `Retry-After`
                     // (a stale report, made while already waiting, changes nothing).
-                    if let (true, Action::Wait { until }) = (live, m.poll(now)) {
+                    let after = m.poll(now);
+                    // With `retry: 0` the reconnect is due at once, so this poll may itself be
+                    // the Connect: account for it like the one at the end of the loop.
+                    if let Action::Connect { last_event_id } = &after {
+                        prop_assert!(!model.outstanding, "second Connect while one is outstanding");
+                        model.outstanding = true;
+                        prop_assert_eq!(last_event_id, &model.cursor);
+                    }
+                    if let (true, Action::Wait { until }) = (live, after) {
                         let wait = until - now;
                         if let Some(retry) = model.retry {
                             prop_assert!(wait >= retry, "wait {:?} < retry {:?}", wait, retry);
