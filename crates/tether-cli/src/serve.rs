@@ -8,7 +8,7 @@
 //! no server logic: everything here is a library call a user can make too.
 //!
 //! Flags whose features arrive with later issues (the SQLite and Redis stores, bearer
-//! authentication, SEP-1699 polling, the conformance fixtures, gateway mode) are accepted by
+//! authentication, the conformance fixtures, gateway mode) are accepted by
 //! the parser so that `--help` shows the whole contract, and refused before anything is bound
 //! with a "not yet supported" usage error (exit 2) naming the flag.
 
@@ -97,9 +97,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     auth_token_file: Option<PathBuf>,
 
-    /// Close long-lived stream connections after N seconds, with `retry` first (not yet
-    /// supported).
-    #[arg(long, value_name = "N")]
+    /// Close long-lived stream connections after N seconds, with `retry` first; clients
+    /// reconnect and resume (SEP-1699 polling, sessions on 2025-11-25).
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
     poll_after_secs: Option<u64>,
 
     /// The `Tether-Node` header value (default: a random id chosen at start).
@@ -133,7 +133,8 @@ enum StoreSpec {
 }
 
 fn parse_positive(value: &str) -> Result<u64, String> {
-    // Zero would mean a keep-alive timer that never waits, or sessions that expire at once.
+    // Zero would mean a keep-alive timer that never waits, sessions that expire at once, or
+    // connections closed as soon as they open.
     match value.parse::<u64>() {
         Ok(0) => Err("must be at least 1".to_owned()),
         Ok(n) => Ok(n),
@@ -199,9 +200,6 @@ impl ServeArgs {
         if self.auth_token_file.is_some() {
             return refuse("--auth-token-file", "bearer authentication");
         }
-        if self.poll_after_secs.is_some() {
-            return refuse("--poll-after-secs", "SEP-1699 polling");
-        }
         if !self.gateway.is_empty() {
             return refuse("gateway mode (`-- CMD ARGS...`)", "the stdio gateway");
         }
@@ -221,6 +219,7 @@ impl ServeArgs {
         config.allowed_origins.clone_from(&self.allowed_origins);
         config.allowed_hosts.clone_from(&self.allowed_hosts);
         config.session_idle = Duration::from_secs(self.session_idle_secs);
+        config.poll_after = self.poll_after_secs.map(Duration::from_secs);
         if let Some(node_id) = &self.node_id {
             config.node_id.clone_from(node_id);
         }

@@ -1,7 +1,7 @@
 //! `tether serve` as a process: the ready line, a `count` call over the raw reader, graceful
-//! exit 0 on SIGTERM and SIGINT, `--bind 127.0.0.1:0`, the flags that shape the endpoint, and
-//! exit 2 naming the flag for every feature that has not landed (CONTRACTS.md, "`tether
-//! serve`").
+//! exit 0 on SIGTERM and SIGINT, `--bind 127.0.0.1:0`, the flags that shape the endpoint,
+//! `--poll-after-secs` polling, and exit 2 naming the flag for every feature that has not
+//! landed (CONTRACTS.md, "`tether serve`").
 
 use std::{process::Output, time::Duration};
 
@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
 use tether_testkit::{
     launcher::{ServerProcess, ServerSpec, tether_bin},
-    raw::RawClient,
+    raw::{RawClient, SseItem},
 };
 
 /// How long a refused invocation may take: it must fail before binding anything.
@@ -209,14 +209,13 @@ async fn endpoint_flags_shape_the_server() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn unsupported_flags_exit_two_naming_the_flag() -> anyhow::Result<()> {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--store", "sqlite:/tmp/tether-test.db"], "--store sqlite"),
         (&["--store", "redis://127.0.0.1:6379/0"], "--store redis"),
         (
             &["--auth-token-file", "/nonexistent/tokens"],
             "--auth-token-file",
         ),
-        (&["--poll-after-secs", "5"], "--poll-after-secs"),
         (&["--demo", "conformance"], "--demo conformance"),
         (&["--", "cat", "-u"], "-- CMD"),
     ];
@@ -241,12 +240,91 @@ async fn unsupported_flags_exit_two_naming_the_flag() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--poll-after-secs N` (SEP-1699 polling, T73–T75): a `count` that outlasts N seconds has
+/// its POST connection closed after about N seconds, with the `--retry-ms` value as a `retry`
+/// field right after an event with an id and no result; resuming with `Last-Event-ID` after
+/// `retry` (again and again if the server closes again) delivers every progress event once, in
+/// order, and the result.
+#[tokio::test]
+async fn poll_after_secs_closes_connections_and_resume_continues() -> anyhow::Result<()> {
+    const N: usize = 15;
+    let mut server = ServerSpec::tether_serve()?
+        .args(["--poll-after-secs", "1", "--retry-ms", "50"])
+        .start()
+        .await?;
+    let mut client = RawClient::new(server.url())?;
+    client.initialize().await?;
+    let started = tokio::time::Instant::now();
+    let (id, response) = client
+        .call_tool(
+            "count",
+            json!({"n": N, "interval_ms": 100}),
+            Some(json!("p")),
+        )
+        .await?;
+    ensure!(response.status() == 200, "status {}", response.status());
+    let mut transcript = response.read_to_end().await?;
+    let elapsed = started.elapsed();
+    ensure!(
+        elapsed >= Duration::from_secs(1),
+        "closed after 1 s, not {elapsed:?}"
+    );
+    let mut messages = transcript.messages()?;
+    ensure!(
+        !messages.iter().any(|(_, m)| m["id"] == json!(id)),
+        "the first connection closed before the result"
+    );
+    let mut connections = 1;
+    while !messages.iter().any(|(_, m)| m["id"] == json!(id)) {
+        ensure!(transcript.complete, "the server ended the connection");
+        let last_item = transcript
+            .items
+            .iter()
+            .rev()
+            .find(|item| !matches!(item, SseItem::Comment(_)));
+        ensure!(
+            matches!(last_item, Some(SseItem::Retry(50))),
+            "retry: 50 last: {:?}",
+            transcript.items
+        );
+        let last = transcript
+            .last_event_id()
+            .context("an id before the close")?
+            .to_owned();
+        ensure!(connections < 10, "no end in sight");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        transcript = client.resume(&last).await?.read_to_end().await?;
+        ensure!(transcript.status == 200, "resume {}", transcript.status);
+        messages.extend(transcript.messages()?);
+        connections += 1;
+    }
+    ensure!(connections >= 2, "{connections} connections");
+    let progress: Vec<f64> = messages
+        .iter()
+        .filter(|(_, m)| m["method"] == "notifications/progress")
+        .filter_map(|(_, m)| m["params"]["progress"].as_f64())
+        .collect();
+    let expected: Vec<f64> = (1..=N).map(|i| i as f64).collect();
+    ensure!(
+        progress == expected,
+        "progress once each, in order: {progress:?}"
+    );
+    ensure!(messages.len() == N + 1, "nothing else: {messages:?}");
+    ensure!(
+        messages[N].1["result"]["content"][0]["text"] == json!(format!("counted {N}")),
+        "{messages:?}"
+    );
+    terminate_ok(&mut server).await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn bad_flag_values_exit_two() -> anyhow::Result<()> {
     for args in [
         &["serve", "--store", "postgres://x"][..],
         &["serve", "--path", "mcp"],
         &["serve", "--keepalive-secs", "0"],
+        &["serve", "--poll-after-secs", "0"],
         &["serve", "--retry-ms", "soon"],
         &["serve", "--node-id", "two words"],
         &["serve", "--no-such-flag"],

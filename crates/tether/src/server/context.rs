@@ -15,6 +15,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -393,6 +394,32 @@ impl RequestContext {
             params,
         )
         .await
+    }
+
+    /// Closes the HTTP connection that currently carries this request's SSE stream, without
+    /// ending the stream (SEP-1699 "polling", MCP 2025-11-25): the connection ends after a
+    /// `retry` field, the client reconnects after that many milliseconds with `Last-Event-ID`
+    /// and gets everything emitted meanwhile, then the rest live. The handler is unaffected
+    /// and keeps running; what it emits is stored and replayed (T75). Useful before a long
+    /// quiet phase, so that no connection (or proxy slot) is held while nothing is sent.
+    ///
+    /// `retry` is the reconnection delay to send; `None` sends the server's configured
+    /// [`retry`](super::ServerConfig::retry). The connection's writer first writes what is
+    /// already stored (everything emitted before this call), then the `retry` field, then
+    /// closes; if nothing with an event id went out on that connection yet, it sends a
+    /// priming event first, so a close never comes before an id (T73).
+    ///
+    /// Returns whether a close was requested: `false` when no connection is open for the
+    /// stream (the client is away and will resume anyway), in JSON-response mode (the request
+    /// has no stream of its own), and for sessions that negotiated a version before
+    /// 2025-11-25, whose clients do not expect the server to close a POST stream before its
+    /// response.
+    pub fn close_connection(&self, retry: Option<Duration>) -> bool {
+        let runtime = &self.inner.session.runtime;
+        if !super::writer::polls(runtime) || self.inner.stream == runtime.standalone() {
+            return false;
+        }
+        runtime.request_close(self.inner.stream, retry)
     }
 
     /// Whether the request was cancelled (by `notifications/cancelled`, or because the

@@ -55,7 +55,7 @@ use super::error::{ResumeRefusal, ServerError};
 use super::handler::Handler;
 use super::origin::{host_allowed, origin_allowed};
 use super::session::SessionRuntime;
-use super::writer::{READ_BATCH, Start, Writer};
+use super::writer::{Pacing, READ_BATCH, Start, Writer};
 use crate::store::{
     ANONYMOUS_PRINCIPAL, EventStore, SessionRecord, SessionStore, StoreError, StreamKind,
     StreamOwner,
@@ -324,14 +324,12 @@ impl Shared {
         stream: tether_proto::ids::StreamId,
         start: Start,
     ) -> Writer {
-        Writer::new(
-            runtime,
-            stream,
-            start,
-            self.config.retry,
-            self.config.keepalive,
-            self.shutdown.clone(),
-        )
+        let pacing = Pacing {
+            retry: self.config.retry,
+            keepalive: self.config.keepalive,
+            poll_after: self.config.poll_after,
+        };
+        Writer::new(runtime, stream, start, pacing, self.shutdown.clone())
     }
 }
 
@@ -559,11 +557,13 @@ pub(crate) async fn get(
         .events
         .read_after(runtime.owner(), id.stream, id.seq, READ_BATCH)
         .await
-        .map_err(|error| match error {
-            StoreError::UnknownStream => ServerError::ResumeRefused(ResumeRefusal::Unknown),
-            StoreError::Expired => ServerError::ResumeRefused(ResumeRefusal::Expired),
-            other => ServerError::Store(other),
-        })?;
+        .map_err(resume_error)?;
+    if first.events.is_empty() && !was_issued(&shared, &runtime, id).await? {
+        // A seq past the stream's end was never sent: answering 200 would wait for events
+        // the client then never sees numbered as it expects (or end at once on a complete
+        // stream), a silent gap either way.
+        return Err(ServerError::ResumeRefused(ResumeRefusal::Unknown));
+    }
     tracing::debug!(session = %runtime.record().id, stream = %id.stream, seq = id.seq, "resume");
     let start = Start::Resume {
         cursor: id.seq,
@@ -572,6 +572,37 @@ pub(crate) async fn get(
     Ok(shared
         .writer(&runtime, id.stream, start)
         .into_response(None))
+}
+
+/// How a store error on a resume's first read is answered (CONTRACTS.md `Last-Event-ID` row).
+fn resume_error(error: StoreError) -> ServerError {
+    match error {
+        StoreError::UnknownStream => ServerError::ResumeRefused(ResumeRefusal::Unknown),
+        StoreError::Expired => ServerError::ResumeRefused(ResumeRefusal::Expired),
+        other => ServerError::Store(other),
+    }
+}
+
+/// Whether the event `id` of a stream this session can read was ever stored, given that
+/// nothing follows it: the stream's last event, or one evicted since (then its successors
+/// were evicted too, and the stream is merely quiet). Seq 0, the priming event, always was.
+async fn was_issued(
+    shared: &Shared,
+    runtime: &SessionRuntime,
+    id: tether_proto::ids::EventId,
+) -> Result<bool, ServerError> {
+    let Some(before) = id.seq.checked_sub(1) else {
+        return Ok(true);
+    };
+    match shared
+        .events
+        .read_after(runtime.owner(), id.stream, before, 1)
+        .await
+    {
+        Ok(batch) => Ok(batch.events.first().is_some_and(|event| event.id == id)),
+        Err(StoreError::Expired) => Ok(true),
+        Err(error) => Err(resume_error(error)),
+    }
 }
 
 /// `DELETE <path>`: ends the session and frees everything it held (T44, T45).

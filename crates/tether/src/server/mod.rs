@@ -123,6 +123,14 @@ pub struct ServerConfig {
     /// Serve the standalone GET stream and resumption (default `true`). When `false`, GET
     /// gets 405 with `Allow: POST, DELETE`, which tells clients streams are not resumable.
     pub get_streams: bool,
+    /// Close every SSE connection (POST streams, the standalone GET stream, resumes) after it
+    /// has been open this long, with a `retry` field first; the stream stays resumable and the
+    /// client reconnects with `Last-Event-ID` (SEP-1699 "polling", `tether serve
+    /// --poll-after-secs`). `None` (the default): connections stay open until their stream
+    /// ends. Applies to sessions that negotiated 2025-11-25 only; older clients are not
+    /// expected to reconnect to a POST stream closed before its response. Use it to bound
+    /// how long a connection holds a proxy slot or a load balancer's affinity.
+    pub poll_after: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -140,6 +148,7 @@ impl Default for ServerConfig {
             max_concurrent_requests_per_session: DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION,
             node_id: String::new(),
             get_streams: true,
+            poll_after: None,
         }
     }
 }

@@ -4,8 +4,9 @@
 //! [`SessionStore`](crate::store::SessionStore) and the session's events in the
 //! [`EventStore`]; this module owns what cannot be stored: the requests in flight and their
 //! cancellation tokens, the server→client requests awaiting a client's answer, the open SSE
-//! connections per stream (so that a second connection replaces the first), the log level set
-//! by `logging/setLevel`, and the token that ends all of it when the session is deleted or
+//! connections per stream (so that a second connection replaces the first, and a handler can
+//! ask the one carrying its request's stream to close, SEP-1699), the log level set by
+//! `logging/setLevel`, and the token that ends all of it when the session is deleted or
 //! expires. A [`SessionRuntime`] is rebuilt from its record on first use, so a node that did
 //! not create a session (or restarted) can still serve it. It does not own HTTP or the wire
 //! format.
@@ -13,6 +14,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tether_proto::ids::{EventId, StreamId};
 use tether_proto::jsonrpc::{Message, RequestId, Response};
@@ -59,6 +61,17 @@ struct InFlight {
 struct Connection {
     generation: u64,
     token: CancellationToken,
+    close: Arc<CloseRequest>,
+}
+
+/// A request that one connection close without ending its stream (SEP-1699 polling): set by
+/// [`SessionRuntime::request_close`], acted on by the connection's writer loop.
+#[derive(Debug, Default)]
+pub(crate) struct CloseRequest {
+    /// Cancelled when the close is requested.
+    token: CancellationToken,
+    /// The `retry` to send before closing; `None`: the server's configured one.
+    retry: Mutex<Option<Duration>>,
 }
 
 impl std::fmt::Debug for SessionRuntime {
@@ -247,11 +260,13 @@ impl SessionRuntime {
     pub(crate) fn connect(self: &Arc<Self>, stream: StreamId) -> ConnectionGuard {
         let generation = self.generation();
         let token = self.closed.child_token();
+        let close = Arc::new(CloseRequest::default());
         let previous = lock(&self.connections).insert(
             stream,
             Connection {
                 generation,
                 token: token.clone(),
+                close: Arc::clone(&close),
             },
         );
         if let Some(previous) = previous {
@@ -263,7 +278,20 @@ impl SessionRuntime {
             stream,
             generation,
             token,
+            close,
         }
+    }
+
+    /// Asks the connection currently writing `stream`, if any, to close after a `retry` field
+    /// without ending the stream (SEP-1699 polling). Returns whether a connection was open.
+    pub(crate) fn request_close(&self, stream: StreamId, retry: Option<Duration>) -> bool {
+        let connections = lock(&self.connections);
+        let Some(connection) = connections.get(&stream) else {
+            return false;
+        };
+        *lock(&connection.close.retry) = retry;
+        connection.close.token.cancel();
+        true
     }
 
     pub(crate) fn standalone_cursor(&self) -> u64 {
@@ -324,12 +352,23 @@ pub(crate) struct ConnectionGuard {
     stream: StreamId,
     generation: u64,
     token: CancellationToken,
+    close: Arc<CloseRequest>,
 }
 
 impl ConnectionGuard {
     /// Cancelled when the connection is replaced or the session ends.
     pub(crate) fn token(&self) -> &CancellationToken {
         &self.token
+    }
+
+    /// Cancelled when a handler asks this connection to close (SEP-1699 polling).
+    pub(crate) fn close_requested(&self) -> &CancellationToken {
+        &self.close.token
+    }
+
+    /// The `retry` the close request asked for (`None`: the configured one).
+    pub(crate) fn close_retry(&self) -> Option<Duration> {
+        *lock(&self.close.retry)
     }
 }
 

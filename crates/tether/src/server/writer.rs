@@ -19,8 +19,16 @@
 //!
 //! The loop ends when the stream completes, when its connection is replaced by a newer one
 //! for the same stream or the session ends (nothing more to say), when the events it needs
-//! expired (the client's resume then gets an explicit `expired`), or when the server shuts
-//! down — then after a `retry` field, so that clients come back once it is up again.
+//! expired (the client's resume then gets an explicit `expired`), or when the connection is
+//! closed without ending the stream — then after a `retry` field, so that the client comes
+//! back and resumes (SEP-1699 "polling", T74). There are three such closes, all here: the
+//! server shuts down; a handler asks for it (`RequestContext::close_connection`); or the
+//! connection has been open for `ServerConfig::poll_after`. Each does one last read first, so
+//! that what is already stored goes out, and none happens before an event with an id went out
+//! on the connection (T73): a resume connection that has written nothing yet first writes a
+//! priming event carrying the id the client resumed from. Handler closes and `poll_after`
+//! apply only to sessions that negotiated 2025-11-25, the version that defines polling; older
+//! clients are never asked to poll (their POST streams SHOULD NOT close before the response).
 //! It does not choose what goes on which stream (the context does) or validate requests.
 
 use std::convert::Infallible;
@@ -33,6 +41,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, StatusCode, header};
 use tether_proto::ids::{EventId, StreamId};
 use tether_sse::{EventFrame, encode_comment};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -71,6 +80,28 @@ pub(crate) enum Start {
     },
 }
 
+/// Why a connection closes before its stream ends (always after a `retry` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Close {
+    /// The server is shutting down.
+    Shutdown,
+    /// A handler asked for it, with this `retry` (`None`: the configured one).
+    Requested(Option<Duration>),
+    /// The connection has been open for `poll_after`.
+    Poll,
+}
+
+/// How a [`Writer`] paces its connection: the server configuration it needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pacing {
+    /// The default `retry`, sent with priming events and before closing a connection.
+    pub(crate) retry: Duration,
+    /// Keep-alive comment interval; zero turns them off.
+    pub(crate) keepalive: Duration,
+    /// Close the connection (with `retry` first) after this long, for sessions that poll.
+    pub(crate) poll_after: Option<Duration>,
+}
+
 /// One connection's writer loop. See the module docs.
 pub(crate) struct Writer {
     runtime: Arc<SessionRuntime>,
@@ -83,7 +114,13 @@ pub(crate) struct Writer {
     send_priming: bool,
     is_standalone: bool,
     keepalive: Duration,
-    retry_frame: Bytes,
+    /// The configured `retry`, in milliseconds.
+    retry_ms: u64,
+    /// When `poll_after` closes this connection (sessions that negotiated polling only).
+    poll_deadline: Option<Instant>,
+    /// An event with an id went out on this connection (T73: closing early is allowed only
+    /// after that).
+    sent_id: bool,
     connection: ConnectionGuard,
     shutdown: CancellationToken,
     finished: bool,
@@ -96,12 +133,11 @@ impl Writer {
         runtime: &Arc<SessionRuntime>,
         stream: StreamId,
         start: Start,
-        retry: Duration,
-        keepalive: Duration,
+        pacing: Pacing,
         shutdown: CancellationToken,
     ) -> Self {
         let send_priming = runtime.version().sends_priming_events();
-        let retry_ms = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX);
+        let retry_ms = millis(pacing.retry);
         let (cursor, first, priming, from_start) = match start {
             // A stream nobody has read yet: its first read includes the stored priming event.
             Start::Fresh { cursor: 0 } => (0, None, None, true),
@@ -130,11 +166,14 @@ impl Writer {
             from_start,
             send_priming,
             is_standalone: stream == runtime.standalone(),
-            keepalive,
-            retry_frame: EventFrame::new()
-                .retry(retry_ms)
-                .encode()
-                .expect("a retry-only frame always encodes"),
+            keepalive: pacing.keepalive,
+            retry_ms,
+            // Polling is the session's version's to allow, like priming (both are 2025-11-25).
+            poll_deadline: pacing
+                .poll_after
+                .filter(|_| polls(runtime))
+                .map(|after| Instant::now() + after),
+            sent_id: false,
             connection: runtime.connect(stream),
             shutdown,
             finished: false,
@@ -174,6 +213,7 @@ impl Writer {
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(priming) = self.priming.take() {
             tracing::debug!(seq = self.cursor, "priming event written");
+            self.sent_id = true;
             return Some(priming);
         }
         loop {
@@ -186,9 +226,9 @@ impl Writer {
                 tracing::debug!("connection closed: replaced or session ended");
                 return None;
             }
-            // Shutting down: one last read, so that what is already stored still goes out,
-            // then the `retry` and the end.
-            let closing = self.shutdown.is_cancelled();
+            // Closing (shutdown, a handler's request, `poll_after`): one last read, so that
+            // what is already stored still goes out, then the `retry` and the end.
+            let closing = self.closing();
             let batch = match self.first.take() {
                 Some(batch) => batch,
                 None => {
@@ -215,6 +255,7 @@ impl Writer {
                     continue;
                 }
                 chunk.extend_from_slice(&event.frame);
+                self.sent_id = true;
             }
             if read_any {
                 tracing::debug!(
@@ -227,8 +268,8 @@ impl Writer {
                 // T9: the stream's last event (its final response) is in this chunk; the
                 // response ends after it.
                 self.finished = true;
-            } else if closing {
-                chunk.extend_from_slice(&self.close_with_retry());
+            } else if let Some(close) = closing {
+                chunk.extend_from_slice(&self.close_with_retry(close));
             }
             if !chunk.is_empty() {
                 if self.is_standalone {
@@ -249,6 +290,9 @@ impl Writer {
                     tracing::debug!("connection closed: replaced or session ended");
                     return None;
                 }
+                // Back to the top, which reads once more and closes with `retry`.
+                () = self.connection.close_requested().cancelled() => {}
+                () = until(self.poll_deadline) => {}
                 more = self.runtime.events().wait_for_more(self.stream, self.cursor) => {
                     if let Err(error) = more {
                         return self.end_on(&error);
@@ -261,12 +305,46 @@ impl Writer {
         }
     }
 
-    /// Shutting down: a `retry` field tells the client when to come back; the stream stays
-    /// resumable from the last id it got (SEP-1699 polling, T74).
-    fn close_with_retry(&mut self) -> Bytes {
-        tracing::debug!("server shutting down: closing with retry");
+    /// Whether this connection is to close now, and why.
+    fn closing(&self) -> Option<Close> {
+        if self.shutdown.is_cancelled() {
+            Some(Close::Shutdown)
+        } else if self.connection.close_requested().is_cancelled() {
+            Some(Close::Requested(self.connection.close_retry()))
+        } else if self
+            .poll_deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            Some(Close::Poll)
+        } else {
+            None
+        }
+    }
+
+    /// The last bytes of a connection closed before its stream ended: a `retry` field tells
+    /// the client when to come back, and the stream stays resumable from the last id it got
+    /// (SEP-1699 polling, T74, T75).
+    fn close_with_retry(&mut self, close: Close) -> Bytes {
+        tracing::debug!(
+            ?close,
+            seq = self.cursor,
+            "closing the connection with retry"
+        );
         self.finished = true;
-        self.retry_frame.clone()
+        let retry_ms = match close {
+            Close::Requested(Some(retry)) => millis(retry),
+            _ => self.retry_ms,
+        };
+        let frame = if !self.sent_id && self.send_priming {
+            // T73: close only after an event with an id went out on this connection. A resume
+            // that has written nothing yet gets a priming event with the id the client resumed
+            // from, which changes nothing for it and keeps the rule literal.
+            let id = EventId::new(self.stream, self.cursor).to_string();
+            EventFrame::with_data("").id(&id).retry(retry_ms).encode()
+        } else {
+            EventFrame::new().retry(retry_ms).encode()
+        };
+        frame.expect("event ids have no line breaks")
     }
 
     /// The store cannot continue this stream. The connection ends; a client that resumes
@@ -279,6 +357,25 @@ impl Writer {
         }
         self.finished = true;
         None
+    }
+}
+
+/// Whether `runtime`'s session may be asked to poll (SEP-1699): it negotiated the version that
+/// defines server-initiated closes, which is also the one that primes its streams.
+pub(crate) fn polls(runtime: &SessionRuntime) -> bool {
+    runtime.version().sends_priming_events()
+}
+
+/// A duration as SSE `retry` milliseconds (saturating).
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Completes at `deadline`; never without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 
