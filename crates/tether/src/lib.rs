@@ -10,10 +10,14 @@
 //! - [`server`] (feature `server`): the Streamable HTTP endpoint, the handler API, and
 //!   `serve`.
 //! - [`demo`] (feature `server`): the built-in demo server of `tether serve`.
+//! - [`client`] (feature `client`): the client, whose streams resume across disconnects and
+//!   hand every server message to the application once, in order.
 
 pub use tether_proto as proto;
 pub use tether_sse as sse;
 
+#[cfg(feature = "client")]
+pub mod client;
 #[cfg(feature = "server")]
 pub mod demo;
 #[cfg(feature = "server")]

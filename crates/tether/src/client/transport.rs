@@ -1,0 +1,244 @@
+//! The HTTP layer of the client: one `reqwest::Client`, the endpoint URL, the session (id,
+//! negotiated version, generation) and the headers every request carries. It sends POST, GET
+//! and DELETE and hands back raw responses; it does not decode SSE, reconnect, or decide what
+//! a status means beyond 401 (ask the auth hook again, once).
+//!
+//! Headers: every POST carries `Accept: application/json, text/event-stream` and
+//! `Content-Type: application/json` (T19, T20); every request carries `Mcp-Session-Id` once
+//! the server gave one and `MCP-Protocol-Version` once a version was negotiated, GET and
+//! DELETE included (T86); `initialize` carries no version header (spec digest §6.1 item 9).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::{RequestBuilder, Response};
+use tether_proto::headers::{
+    self, CLIENT_GET_ACCEPT, CLIENT_POST_ACCEPT, client_last_event_id, spelled,
+};
+use tether_proto::version::ProtocolVersion;
+
+use super::error::Error;
+use super::{AuthProvider, MAX_ERROR_BODY};
+
+/// The session as the transport knows it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Session {
+    /// `Mcp-Session-Id`, if the server issued one.
+    pub(crate) id: Option<String>,
+    /// The negotiated version, once initialized.
+    pub(crate) version: Option<ProtocolVersion>,
+    /// Bumped whenever the session is replaced, so that concurrent discoveries of one expiry
+    /// re-initialize once.
+    pub(crate) generation: u64,
+    /// Whether `initialize` completed for this generation.
+    pub(crate) initialized: bool,
+}
+
+/// A non-success answer, read in full (bounded) so that the caller can classify it.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub(crate) status: u16,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) body: String,
+}
+
+impl Failed {
+    pub(crate) async fn read(response: Response) -> Self {
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(tether_proto::backoff::parse_retry_after);
+        let body = match response.bytes().await {
+            Ok(bytes) => {
+                let end = bytes.len().min(MAX_ERROR_BODY);
+                String::from_utf8_lossy(&bytes[..end]).into_owned()
+            }
+            Err(_) => String::new(),
+        };
+        Self {
+            status,
+            retry_after,
+            body,
+        }
+    }
+
+    /// The JSON-RPC error object in the body, if any.
+    pub(crate) fn rpc_error(&self) -> Option<serde_json::Value> {
+        let value: serde_json::Value = serde_json::from_str(&self.body).ok()?;
+        value.get("error").cloned()
+    }
+
+    /// CONTRACTS.md: 400 with -32000 and `data.reason` for an unusable `Last-Event-ID`.
+    pub(crate) fn events_unavailable_reason(&self) -> Option<String> {
+        let error = self.rpc_error()?;
+        (self.status == 400 && error.get("code")?.as_i64()? == -32000)
+            .then(|| {
+                error
+                    .get("data")?
+                    .get("reason")?
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .flatten()
+    }
+
+    pub(crate) fn into_error(self) -> Error {
+        if let Some(reason) = self.events_unavailable_reason() {
+            return Error::EventsUnavailable { reason };
+        }
+        match self.status {
+            401 => Error::Unauthorized,
+            404 => Error::SessionExpired,
+            status => Error::Status {
+                status,
+                body: self.body,
+            },
+        }
+    }
+}
+
+/// The HTTP side of one client.
+pub(crate) struct Transport {
+    http: reqwest::Client,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    auth: Option<Arc<dyn AuthProvider>>,
+    token: Mutex<Option<String>>,
+    session: Mutex<Session>,
+    request_timeout: Duration,
+}
+
+impl Transport {
+    pub(crate) fn new(
+        http: reqwest::Client,
+        url: reqwest::Url,
+        headers: HeaderMap,
+        auth: Option<Arc<dyn AuthProvider>>,
+        request_timeout: Duration,
+    ) -> Self {
+        Self {
+            http,
+            url,
+            headers,
+            auth,
+            token: Mutex::new(None),
+            session: Mutex::new(Session::default()),
+            request_timeout,
+        }
+    }
+
+    pub(crate) fn url(&self) -> &reqwest::Url {
+        &self.url
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    pub(crate) fn session(&self) -> Session {
+        self.session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn update_session(&self, f: impl FnOnce(&mut Session)) {
+        f(&mut self.session.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    /// Sends a request built by `build` for the current session, with the bearer token; on 401
+    /// asks the auth hook for a fresh token and sends once more. Waits for the response head
+    /// at most the request timeout. Returns the response whatever its status, with the session
+    /// it was sent for.
+    async fn send(
+        &self,
+        build: impl Fn(&Session) -> RequestBuilder,
+    ) -> Result<(Response, Session), Error> {
+        let mut refreshed = false;
+        loop {
+            let session = self.session();
+            let mut request = build(&session).headers(self.headers.clone());
+            if let Some(id) = &session.id {
+                request = request.header(spelled::MCP_SESSION_ID, id);
+            }
+            if let Some(version) = session.version {
+                request = request.header(spelled::MCP_PROTOCOL_VERSION, version.as_str());
+            }
+            if let Some(token) = self.bearer(refreshed).await {
+                request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+            }
+            let response = tokio::time::timeout(self.request_timeout, request.send())
+                .await
+                .map_err(|_| Error::Timeout)?
+                .map_err(Error::network)?;
+            if response.status().as_u16() == 401 && self.auth.is_some() && !refreshed {
+                refreshed = true;
+                continue;
+            }
+            return Ok((response, session));
+        }
+    }
+
+    async fn bearer(&self, refresh: bool) -> Option<String> {
+        let auth = self.auth.as_ref()?;
+        if !refresh {
+            let cached = self
+                .token
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            if cached.is_some() {
+                return cached;
+            }
+        }
+        let token = auth.bearer_token(refresh).await;
+        self.token
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone_from(&token);
+        token
+    }
+
+    /// POSTs one JSON-RPC message (T18). Before initialization completes the session has no
+    /// version, so `initialize` carries no `MCP-Protocol-Version`.
+    pub(crate) async fn post(&self, body: Vec<u8>) -> Result<(Response, Session), Error> {
+        self.send(|_| {
+            self.http
+                .post(self.url.clone())
+                .header(ACCEPT, CLIENT_POST_ACCEPT)
+                .header(CONTENT_TYPE, headers::APPLICATION_JSON)
+                .body(body.clone())
+        })
+        .await
+    }
+
+    /// GET the standalone stream, or resume a stream with `Last-Event-ID` (T80, T86, T87).
+    pub(crate) async fn get(
+        &self,
+        last_event_id: Option<&str>,
+    ) -> Result<(Response, Session), Error> {
+        let last = last_event_id.and_then(client_last_event_id);
+        self.send(|_| {
+            let mut request = self
+                .http
+                .get(self.url.clone())
+                .header(ACCEPT, CLIENT_GET_ACCEPT);
+            if let Some(last) = last {
+                // Opaque ids go back exactly as received; non-ASCII as their UTF-8 bytes.
+                if let Ok(value) = HeaderValue::from_bytes(last.as_bytes()) {
+                    request = request.header(spelled::LAST_EVENT_ID, value);
+                }
+            }
+            request
+        })
+        .await
+    }
+
+    /// DELETE the session.
+    pub(crate) async fn delete(&self) -> Result<(Response, Session), Error> {
+        self.send(|_| self.http.delete(self.url.clone())).await
+    }
+}

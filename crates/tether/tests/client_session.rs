@@ -1,0 +1,244 @@
+//! The client's session handling against real tether servers: a server restart (memory
+//! store) during a call, servers without GET streams (405), JSON answers, DELETE on close.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tether::client::{Client, ClientConfig, ClientEvent, Error};
+use tether::demo::DemoHandler;
+use tether::proto::backoff::BackoffConfig;
+use tether::proto::jsonrpc::{Message, Response};
+use tether::proto::reconnect::ReconnectConfig;
+use tether::server::{Server, ServerConfig};
+use tether_testkit::launcher::ServerSpec;
+use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+fn fast_config() -> ClientConfig {
+    ClientConfig {
+        reconnect: ReconnectConfig {
+            backoff: BackoffConfig {
+                base: Duration::from_millis(100),
+                cap: Duration::from_millis(500),
+                ..BackoffConfig::default()
+            },
+            ..ReconnectConfig::default()
+        },
+        ..ClientConfig::default()
+    }
+}
+
+fn count_params(n: u64, interval_ms: u64) -> Option<Value> {
+    Some(json!({
+        "name": "count",
+        "arguments": {"n": n, "interval_ms": interval_ms},
+        "_meta": {"progressToken": "p"},
+    }))
+}
+
+async fn start_server(config: ServerConfig) -> (std::net::SocketAddr, oneshot::Sender<()>) {
+    let server = Server::with_memory_stores(config, Arc::new(DemoHandler::new()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    (addr, stop)
+}
+
+fn result_text(response: &Response) -> String {
+    match response {
+        Response::Result(r) => r.result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        Response::Error(e) => panic!("error response {e:?}"),
+    }
+}
+
+/// `tether serve` (memory store) is killed and restarted during a call: the resume GET gets
+/// 404, the call fails with `SessionExpired`, the client re-initializes on its own (observable
+/// as events), and the next call succeeds on the new session.
+#[tokio::test]
+async fn server_restart_during_a_call_expires_it_and_the_client_reinitializes() {
+    let spec = ServerSpec::tether_serve()
+        .unwrap()
+        .args(["--store", "memory", "--retry-ms", "100"]);
+    let mut server = spec.start().await.unwrap();
+    let client = Client::connect(server.url(), fast_config()).await.unwrap();
+    let old_session = client.session_id();
+    assert!(old_session.is_some());
+    let mut events = client.events();
+    let mut stream = client
+        .request("tools/call", count_params(100_000, 5))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        assert!(matches!(
+            stream.next().await,
+            Some(Ok(Message::Notification(_)))
+        ));
+    }
+    server.restart().await.unwrap();
+    let failure = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match stream.next().await {
+                Some(Ok(_)) => {}
+                Some(Err(error)) => return Some(error),
+                None => return None,
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the call hangs; server logs:\n{}", server.logs()));
+    assert!(
+        matches!(failure, Some(Error::SessionExpired)),
+        "{failure:?}"
+    );
+    assert!(stream.next().await.is_none());
+
+    assert_eq!(
+        events.recv().await,
+        Some(ClientEvent::SessionExpired {
+            session_id: old_session.clone()
+        })
+    );
+    let Some(ClientEvent::Reinitialized { session_id }) = events.recv().await else {
+        panic!("no re-initialization event");
+    };
+    assert!(session_id.is_some() && session_id != old_session);
+    assert_eq!(client.session_id(), session_id);
+
+    let response = client
+        .request("tools/call", count_params(3, 0))
+        .await
+        .unwrap()
+        .response()
+        .await
+        .unwrap();
+    assert_eq!(result_text(&response), "counted 3");
+    client.close().await.unwrap();
+}
+
+/// T88: a server without GET streams answers the resume with 405: the cut call fails with
+/// `NotResumable`, and the standalone stream reports that there is none.
+#[tokio::test]
+async fn without_get_streams_a_cut_call_is_not_resumable() {
+    let config = ServerConfig {
+        get_streams: false,
+        retry: Duration::from_millis(50),
+        ..ServerConfig::default()
+    };
+    let (addr, _stop) = start_server(config).await;
+    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).at_most(1));
+    let proxy = FaultProxy::start(addr, plan).await.unwrap();
+    let client = Client::connect(&proxy.url_for("/mcp"), fast_config())
+        .await
+        .unwrap();
+    let mut stream = client
+        .request("tools/call", count_params(1000, 0))
+        .await
+        .unwrap();
+    let failure = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stream.next().await {
+                Some(Ok(_)) => {}
+                Some(Err(error)) => return Some(error),
+                None => return None,
+            }
+        }
+    })
+    .await
+    .expect("the call hangs");
+    assert!(matches!(failure, Some(Error::NotResumable)), "{failure:?}");
+    assert_eq!(proxy.counters().cuts, 1);
+
+    let mut standalone = client.server_messages().unwrap();
+    let item = tokio::time::timeout(Duration::from_secs(10), standalone.next())
+        .await
+        .unwrap();
+    assert!(
+        matches!(item, Some(Err(Error::NoStandaloneStream))),
+        "{item:?}"
+    );
+}
+
+/// T21, T7: a JSON-mode server answers with `application/json`; `count`'s progress goes to
+/// the standalone stream, in order.
+#[tokio::test]
+async fn json_answers_and_the_standalone_stream() {
+    let config = ServerConfig {
+        json_response: true,
+        ..ServerConfig::default()
+    };
+    let (addr, _stop) = start_server(config).await;
+    let client = Client::connect(&format!("http://{addr}/mcp"), ClientConfig::default())
+        .await
+        .unwrap();
+    let mut standalone = client.server_messages().unwrap();
+    assert!(
+        client.server_messages().is_err(),
+        "one standalone stream per client"
+    );
+    // Give the GET time to be open before the tool emits.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let response = client
+        .request("tools/call", count_params(20, 0))
+        .await
+        .unwrap()
+        .response()
+        .await
+        .unwrap();
+    assert_eq!(result_text(&response), "counted 20");
+    for expected in 1..=20 {
+        let message = tokio::time::timeout(Duration::from_secs(10), standalone.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let Message::Notification(note) = message else {
+            panic!("{message:?}")
+        };
+        assert_eq!(note.params.unwrap()["progress"], json!(expected));
+    }
+    client
+        .notify("notifications/cancelled", Some(json!({"requestId": 999})))
+        .await
+        .unwrap();
+    client.close().await.unwrap();
+}
+
+/// DELETE ends the session: a second client reusing its id would get 404; here, the closed
+/// client's session is gone from the server (a fresh request on a new client still works).
+#[tokio::test]
+async fn close_deletes_the_session() {
+    let (addr, _stop) = start_server(ServerConfig::default()).await;
+    let url = format!("http://{addr}/mcp");
+    let client = Client::connect(&url, ClientConfig::default())
+        .await
+        .unwrap();
+    let session = client.session_id().unwrap();
+    client.close().await.unwrap();
+    let http = reqwest_free_probe(addr, &session).await;
+    assert!(http.starts_with("HTTP/1.1 404"), "{http}");
+}
+
+/// A raw POST with the closed session's id, read with the test kit's raw client.
+async fn reqwest_free_probe(addr: std::net::SocketAddr, session: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+         MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    socket.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
