@@ -187,11 +187,23 @@ impl Writer {
             session = %self.runtime.record().id,
             stream = %self.stream,
         );
-        let body = futures_util::stream::unfold(self, move |mut writer| {
+        // The state counts the chunks handed to hyper so far.
+        let body = futures_util::stream::unfold((self, 0_u64), move |(mut writer, chunks)| {
             let span = span.clone();
             async move {
+                // hyper's HTTP/1 writer keeps asking for chunks while its buffer has room
+                // (about 400 KB) and writes only once the body is pending, so a resume far
+                // behind would send nothing until thousands of events were encoded. Pending
+                // once, right after the first chunk, puts that chunk on the wire at once; later
+                // chunks fill the buffer as before, so replay keeps its large writes.
+                if chunks == 1 {
+                    tokio::task::yield_now().await;
+                }
                 let chunk = writer.next_chunk().instrument(span).await?;
-                Some((Ok::<_, Infallible>(chunk), writer))
+                Some((
+                    Ok::<_, Infallible>(chunk),
+                    (writer, chunks.saturating_add(1)),
+                ))
             }
         });
         let mut response = Response::new(Body::from_stream(body));

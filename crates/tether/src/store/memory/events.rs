@@ -256,7 +256,8 @@ impl EventStore for MemoryEventStore {
             };
             // Subscribed under the session lock: every append after this point changes the
             // value watched, and `wait_for` checks the current value first, so an event stored
-            // before the call is not missed either.
+            // before the call is not missed either. `StreamLog::push` relies on both to skip
+            // notifying when there is no receiver.
             log.progress.subscribe()
         };
         // An error means the sender was dropped with its stream (session removed): the wait
@@ -618,8 +619,20 @@ impl StreamLog {
         let seq = self.next_seq();
         self.bytes += slot.frame.len();
         self.slots.push_back(slot);
-        self.progress
-            .send_modify(|progress| progress.last_seq = seq);
+        // With nobody waiting, the value is updated silently: notifying would lock every
+        // notifier list of the watch for nothing, a cost paid on every append. Race-free
+        // because `push` runs under the session lock, and receivers are only ever created by
+        // `wait_for_more`, under that same lock (`Sender::new` creates none, none is cloned).
+        // So a count of 0 here means no receiver exists and none can until the lock is
+        // released; one created later sees this value, since `wait_for` checks the current
+        // value before waiting. (The version is left unchanged, which only `changed` and
+        // `has_changed` would notice; nothing here uses them.) With a receiver, even one
+        // being dropped, it is notified as before.
+        let notify = self.progress.receiver_count() > 0;
+        self.progress.send_if_modified(|progress| {
+            progress.last_seq = seq;
+            notify
+        });
     }
 
     fn read(
