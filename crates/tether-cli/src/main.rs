@@ -2,9 +2,10 @@
 //!
 //! `main` parses arguments, sets up logging (stderr, `RUST_LOG`) and maps the outcome to the
 //! exit codes that `CONTRACTS.md` pins: 0 success, 2 usage error (including features that have
-//! not landed yet), 1 any other failure. Each subcommand lives in its own module and calls the
-//! library; `serve` is the first to land.
+//! not landed yet), 1 any other failure; `call` returns its own codes (3 transport failure,
+//! 4 session expired). Each subcommand lives in its own module and calls the library.
 
+mod call;
 mod serve;
 
 use std::{fmt, io::IsTerminal as _, process::ExitCode};
@@ -13,7 +14,7 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 /// Exit code for a usage error (CONTRACTS.md).
-const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_USAGE: u8 = 2;
 
 /// MCP Streamable HTTP whose streams survive disconnects.
 #[derive(Debug, Parser)]
@@ -28,7 +29,7 @@ enum Command {
     /// Serve the demo MCP server, or a stdio MCP server, over resumable Streamable HTTP.
     Serve(Box<serve::ServeArgs>),
     /// Call one tool and show its progress, resuming across connection cuts.
-    Call(Passthrough),
+    Call(Box<call::CallArgs>),
     /// Bridge stdio to a remote MCP server.
     Connect(Passthrough),
     /// Measure tether against its peers.
@@ -45,7 +46,7 @@ struct Passthrough {
 /// A usage error found after parsing (a flag whose feature has not landed, a value clap cannot
 /// check): printed like any error, but exits with [`EXIT_USAGE`] as clap's own errors do.
 #[derive(Debug)]
-struct UsageError(String);
+pub(crate) struct UsageError(pub(crate) String);
 
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -76,7 +77,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init_logging("info");
             return serve::run(*args);
         }
-        Command::Call(_) => "call",
+        Command::Call(args) => {
+            init_logging("warn");
+            return call::run(*args);
+        }
         Command::Connect(_) => "connect",
         Command::Bench(_) => "bench",
     };

@@ -17,6 +17,13 @@ pub enum Error {
     /// A connection could not be made, or failed before an answer arrived.
     #[error("network error")]
     Network(#[source] BoxError),
+    /// The TLS layer refused the server: its certificate was rejected (an unknown issuer, a
+    /// name that does not match the URL, an expired certificate: add a private CA with
+    /// [`ClientConfig::extra_root_certificates`](super::ClientConfig)), or no protocol
+    /// version or cipher suite was agreed. The source is the TLS library's error. Retrying
+    /// does not help.
+    #[error("TLS refused the server: {}", tls_reason(.0))]
+    Tls(#[source] BoxError),
     /// The server did not answer within [`ClientConfig::request_timeout`](super::ClientConfig).
     #[error("timed out waiting for the server")]
     Timeout,
@@ -78,7 +85,51 @@ pub enum Error {
 }
 
 impl Error {
+    /// A failure of the HTTP stack: [`Error::Tls`] if a TLS refusal of the server is among its
+    /// causes, otherwise [`Error::Network`].
     pub(crate) fn network(error: impl Into<BoxError>) -> Self {
-        Self::Network(error.into())
+        let error = error.into();
+        if tls_cause(&*error).is_some_and(is_refusal) {
+            Self::Tls(error)
+        } else {
+            Self::Network(error)
+        }
     }
+}
+
+/// What the TLS library said (for example `invalid peer certificate: UnknownIssuer`).
+fn tls_reason(error: &BoxError) -> String {
+    tls_cause(&**error).map_or_else(|| error.to_string(), ToString::to_string)
+}
+
+/// The rustls error among `error`'s causes, if any. An `io::Error` hides the error it wraps
+/// from `source()` (it returns that error's own source), and the HTTP stack nests them
+/// (`io::Error(Other, io::Error(InvalidData, rustls::Error))`), so the walk steps into an
+/// `io::Error` through `get_ref` instead.
+fn tls_cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match error.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as _),
+            None => error.source(),
+        };
+    }
+    None
+}
+
+/// Whether a TLS error means the peer was refused (its certificate, or no common ground),
+/// rather than a connection broken in flight (a bad record, an alert mid-stream), which a
+/// reconnect may cure.
+fn is_refusal(error: &rustls::Error) -> bool {
+    matches!(
+        error,
+        rustls::Error::InvalidCertificate(_)
+            | rustls::Error::NoCertificatesPresented
+            | rustls::Error::UnsupportedNameType
+            | rustls::Error::PeerIncompatible(_)
+            | rustls::Error::InvalidCertRevocationList(_)
+    )
 }

@@ -15,14 +15,32 @@
 //! is sent again once on the new session). 405 on a resume is [`Error::NotResumable`]; the
 //! 400 for an unusable cursor is [`Error::EventsUnavailable`] naming the reason; 429 and 503
 //! are retried after `Retry-After` (as a floor) within the reconnect budget; other 4xx are
-//! [`Error::Status`]. This module does not persist tokens or resume from them (Client II).
+//! [`Error::Status`].
+//!
+//! [`Client::call_tool`] wraps `tools/call` with a progress token ([`ToolCall`]); a
+//! [`ResumptionToken`] saved by [`ClientConfig::on_resumption_token`] serializes, and
+//! [`Client::resume`] in a new process reattaches to its session and stream and delivers the
+//! rest of the call.
 //!
 //! TLS is rustls with the *ring* provider: if the process has no default
-//! [`rustls::crypto::CryptoProvider`], [`Client::connect`] installs ring's; certificates are
-//! checked by the platform verifier. `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` are honoured
-//! (reqwest's system proxy support), and HTTP/2 is used when the server offers it (ALPN).
+//! [`rustls::crypto::CryptoProvider`], [`Client::connect`] installs ring's. Certificates are
+//! checked against the platform's roots (on Linux the system CA bundle, or `SSL_CERT_FILE` /
+//! `SSL_CERT_DIR` when set) plus [`ClientConfig::extra_root_certificates`]; a refused
+//! certificate fails with [`Error::Tls`]. Without any platform roots (no CA bundle) only the
+//! extra roots are trusted, with a warning. HTTP/2 is used when the server offers it in ALPN
+//! (`h2`), HTTP/1.1 otherwise; plain `http://` is HTTP/1.1.
+//!
+//! Proxies come from the environment when the client is built (each [`Client::connect`]):
+//! `HTTP_PROXY` for `http://` URLs (sent as absolute-URI requests), `HTTPS_PROXY` for
+//! `https://` URLs (a `CONNECT` tunnel; TLS stays end to end), `ALL_PROXY` for both when the
+//! specific one is unset, and `NO_PROXY` (comma-separated host names, domain suffixes, IP
+//! addresses or CIDR ranges, or `*`) to bypass them. Each upper-case name wins over its
+//! lower-case spelling when both are set; `HTTP_PROXY` is ignored when `REQUEST_METHOD` is
+//! set (CGI). Loopback addresses are not bypassed implicitly: list them in `NO_PROXY`.
 
+mod call;
 mod error;
+mod resume;
 mod stream;
 mod transport;
 
@@ -46,6 +64,7 @@ use tether_sse::{Decoder, Item};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+pub use call::{ToolCall, ToolCallItem};
 pub use error::{BoxError, Error};
 pub use stream::{MessageStream, ResumptionToken};
 
@@ -129,6 +148,12 @@ pub struct ClientConfig {
     pub dedup_window: usize,
     /// Messages decoded ahead of the application per stream ([`DEFAULT_STREAM_BUFFER`]).
     pub stream_buffer: usize,
+    /// Root certificates trusted for HTTPS in addition to the platform's: a private CA, or a
+    /// development server's self-signed certificate. Each entry is PEM (one or more
+    /// `CERTIFICATE` blocks, as in a `.pem` or `.crt` file) or a single DER certificate.
+    /// Empty by default. An entry that does not parse fails [`Client::connect`] with
+    /// [`Error::Config`].
+    pub extra_root_certificates: Vec<Vec<u8>>,
 }
 
 impl Default for ClientConfig {
@@ -146,6 +171,7 @@ impl Default for ClientConfig {
             on_resumption_token: None,
             dedup_window: DEFAULT_DEDUP_WINDOW,
             stream_buffer: DEFAULT_STREAM_BUFFER,
+            extra_root_certificates: Vec::new(),
         }
     }
 }
@@ -161,6 +187,10 @@ impl std::fmt::Debug for ClientConfig {
             .field("auth", &self.auth.is_some())
             .field("dedup_window", &self.dedup_window)
             .field("stream_buffer", &self.stream_buffer)
+            .field(
+                "extra_root_certificates",
+                &self.extra_root_certificates.len(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -183,6 +213,16 @@ pub enum ClientEvent {
     ReinitializeFailed {
         /// Why.
         error: String,
+    },
+    /// A stream lost its connection (or is being resumed from a token) and is reconnecting
+    /// with GET + `Last-Event-ID`.
+    Reconnecting {
+        /// The request whose stream it is; `None` for the standalone stream.
+        request_id: Option<RequestId>,
+        /// The cursor sent, if any.
+        last_event_id: Option<String>,
+        /// Consecutive failed attempts so far.
+        failures: u32,
     },
 }
 
@@ -245,6 +285,65 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// Parses [`ClientConfig::extra_root_certificates`]: PEM bundles and DER certificates.
+fn root_certificates(entries: &[Vec<u8>]) -> Result<Vec<reqwest::Certificate>, Error> {
+    let mut roots = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let bad = |e: &dyn std::fmt::Display| {
+            Error::Config(format!("extra_root_certificates[{index}]: {e}"))
+        };
+        if entry.trim_ascii_start().starts_with(b"-----BEGIN") {
+            let bundle = reqwest::Certificate::from_pem_bundle(entry).map_err(|e| bad(&e))?;
+            if bundle.is_empty() {
+                return Err(bad(&"no CERTIFICATE block in the PEM"));
+            }
+            roots.extend(bundle);
+        } else {
+            roots.push(reqwest::Certificate::from_der(entry).map_err(|e| bad(&e))?);
+        }
+    }
+    Ok(roots)
+}
+
+/// The HTTP client: the platform's roots plus the extra ones. A system without a CA bundle
+/// (a minimal container) has no platform roots, which fails the build; the client then
+/// trusts only the extra roots, so that plain `http://` still works and an `https://`
+/// server the extra roots do not cover is refused with [`Error::Tls`] (unknown issuer).
+fn http_client(config: &ClientConfig) -> Result<reqwest::Client, Error> {
+    let roots = root_certificates(&config.extra_root_certificates)?;
+    ensure_crypto_provider();
+    let builder = || {
+        reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .tcp_nodelay(true)
+    };
+    let platform = match builder().tls_certs_merge(roots.clone()).build() {
+        Ok(http) => return Ok(http),
+        Err(error) => error,
+    };
+    let http = builder()
+        .tls_certs_only(roots)
+        .build()
+        .map_err(|_| Error::Config(format!("http client: {}", error_chain(&platform))))?;
+    tracing::warn!(
+        error = %error_chain(&platform),
+        "no platform root certificates; trusting only ClientConfig::extra_root_certificates"
+    );
+    Ok(http)
+}
+
+/// An error and its causes, `: `-separated.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 fn ensure_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Fails only if another thread installed one meanwhile, which is as good.
@@ -262,40 +361,7 @@ impl Client {
     /// [`Error::UnsupportedVersion`] for a server this client cannot speak to; otherwise what
     /// the exchange failed with.
     pub async fn connect(url: &str, config: ClientConfig) -> Result<Self, Error> {
-        let url = reqwest::Url::parse(url).map_err(|e| Error::Config(format!("url: {e}")))?;
-        let mut headers = HeaderMap::new();
-        for (name, value) in &config.headers {
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|e| Error::Config(format!("header name {name:?}: {e}")))?;
-            let value = HeaderValue::from_str(value)
-                .map_err(|e| Error::Config(format!("header value for {name}: {e}")))?;
-            headers.append(name, value);
-        }
-        ensure_crypto_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| Error::Config(format!("http client: {e}")))?;
-        let transport = Transport::new(
-            http,
-            url,
-            headers,
-            config.auth.clone(),
-            config.request_timeout,
-        );
-        let rng = SplitMix64::from_os_entropy().unwrap_or_else(|_| SplitMix64::new(0x7e7e));
-        let inner = Arc::new(Inner {
-            transport,
-            config,
-            next_id: AtomicU64::new(0),
-            events: broadcast::channel(EVENT_CAPACITY).0,
-            reinit: tokio::sync::Mutex::new(()),
-            server_result: Mutex::new(Value::Null),
-            rng: Mutex::new(rng),
-            standalone_open: AtomicBool::new(false),
-            shutdown: CancellationToken::new(),
-        });
+        let inner = Inner::build(url, config, 0)?;
         inner.initialize().await?;
         Ok(Self { inner })
     }
@@ -469,6 +535,47 @@ async fn read_body(response: Response, timeout: Duration) -> Result<bytes::Bytes
         .await
         .map_err(|_| Error::Timeout)?
         .map_err(Error::network)
+}
+
+impl Inner {
+    /// The client state for `url`, not yet initialized: the HTTP client (TLS roots, timeouts),
+    /// the configured headers, and request ids counting from `first_id`. Shared by
+    /// [`Client::connect`] and [`Client::resume`] so that both speak with the same settings.
+    pub(super) fn build(
+        url: &str,
+        config: ClientConfig,
+        first_id: u64,
+    ) -> Result<Arc<Self>, Error> {
+        let url = reqwest::Url::parse(url).map_err(|e| Error::Config(format!("url: {e}")))?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| Error::Config(format!("header name {name:?}: {e}")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|e| Error::Config(format!("header value for {name}: {e}")))?;
+            headers.append(name, value);
+        }
+        let http = http_client(&config)?;
+        let transport = Transport::new(
+            http,
+            url,
+            headers,
+            config.auth.clone(),
+            config.request_timeout,
+        );
+        let rng = SplitMix64::from_os_entropy().unwrap_or_else(|_| SplitMix64::new(0x7e7e));
+        Ok(Arc::new(Self {
+            transport,
+            config,
+            next_id: AtomicU64::new(first_id),
+            events: broadcast::channel(EVENT_CAPACITY).0,
+            reinit: tokio::sync::Mutex::new(()),
+            server_result: Mutex::new(Value::Null),
+            rng: Mutex::new(rng),
+            standalone_open: AtomicBool::new(false),
+            shutdown: CancellationToken::new(),
+        }))
+    }
 }
 
 impl Inner {

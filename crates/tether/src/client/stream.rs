@@ -60,8 +60,9 @@ pub(crate) enum Delivery {
 }
 
 /// A persistable resumption point: enough to resume a stream with GET + `Last-Event-ID` in
-/// the same session after the process restarted (resuming from a token arrives with the
-/// Client II issue). Produced after each commit; see the [module docs](self).
+/// the same session after the process restarted ([`Client::resume`](super::Client::resume)).
+/// Produced after each commit: when the application asks for the next message or acks one
+/// ([`MessageStream::ack`](super::MessageStream::ack)), never merely on receipt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResumptionToken {
     /// The session's `Mcp-Session-Id`, if the server uses sessions.
@@ -160,6 +161,15 @@ impl MessageStream {
             }
         }
         last.ok_or_else(|| Error::Protocol("stream ended without a response".to_owned()))
+    }
+
+    /// Starts the committed cursor at a resumed token's event id, so that
+    /// [`resumption_token`](Self::resumption_token) has it before the first new commit.
+    pub(crate) fn with_committed(mut self, last_event_id: &str) -> Self {
+        if !last_event_id.is_empty() {
+            self.committed = Some(last_event_id.to_owned());
+        }
+        self
     }
 
     /// The request this stream answers; `None` for the standalone stream.
@@ -300,6 +310,26 @@ impl Driver {
         }
     }
 
+    /// A driver resuming the POST stream of `request_id` from a persisted cursor (a
+    /// [`ResumptionToken`] in a new process): its first step is GET + `Last-Event-ID`.
+    pub(crate) fn resuming(
+        inner: Arc<Inner>,
+        request_id: RequestId,
+        last_event_id: &str,
+        generation: u64,
+        tx: mpsc::Sender<Delivery>,
+    ) -> Self {
+        let mut driver = Self::new(inner, Some(request_id), generation, tx);
+        driver.machine = Reconnect::resume(
+            StreamKind::Post,
+            last_event_id,
+            driver.inner.config.reconnect,
+            rng(),
+            Instant::now(),
+        );
+        driver
+    }
+
     /// Runs until the stream is finished, failed, or its [`MessageStream`] was dropped.
     pub(crate) async fn run(mut self, first: Option<Response>) {
         let mut conn = first.map(Conn::new);
@@ -325,6 +355,11 @@ impl Driver {
                 Flow::Continue
             }
             Action::Connect { last_event_id } => {
+                self.inner.emit(super::ClientEvent::Reconnecting {
+                    request_id: self.request_id.clone(),
+                    last_event_id: last_event_id.clone(),
+                    failures: self.machine.failures(),
+                });
                 *conn = self.connect(last_event_id).await;
                 Flow::Continue
             }

@@ -1,0 +1,306 @@
+//! `tether call` as a process against `tether serve` (CONTRACTS.md, "`tether call`"): `--json`
+//! output through a fault proxy that cuts connections, a SIGKILL followed by `--resume` that
+//! repeats at most the event being processed at the kill, the exit codes (tool error 1, usage
+//! 2, transport failure 3, session expired 4) and the progress bar under a pseudo-terminal.
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use serde_json::Value;
+use tether_testkit::launcher::{ServerProcess, ServerSpec, tether_bin};
+use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+
+/// Bound on any one `tether call` run; generous for a loaded two-core machine.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn start_server() -> anyhow::Result<ServerProcess> {
+    Ok(ServerSpec::tether_serve()?.start().await?)
+}
+
+fn tether(args: &[&str]) -> anyhow::Result<Command> {
+    let mut command = Command::new(tether_bin()?);
+    command
+        .arg("call")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+/// Runs `tether call ARGS` to completion.
+async fn run_call(args: &[&str]) -> anyhow::Result<Output> {
+    let child = tether(args)?.spawn().context("spawning tether call")?;
+    tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
+        .await
+        .with_context(|| format!("tether call {args:?} did not exit"))?
+        .context("waiting for tether call")
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Every stdout line must be a JSON-RPC message.
+fn json_lines(stdout: &[u8]) -> anyhow::Result<Vec<Value>> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).with_context(|| format!("not JSON: {line:?}")))
+        .collect()
+}
+
+fn progress_of(message: &Value) -> Option<u64> {
+    (message["method"] == "notifications/progress")
+        .then(|| message["params"]["progress"].as_u64())
+        .flatten()
+}
+
+/// The progress values, checking that the only other line is the final response, last.
+fn progress_then_result(messages: &[Value], n: u64) -> anyhow::Result<Vec<u64>> {
+    let (last, rest) = messages.split_last().context("no output")?;
+    ensure!(
+        last["result"]["content"][0]["text"] == format!("counted {n}"),
+        "last line is not the result: {last}"
+    );
+    rest.iter()
+        .map(|m| progress_of(m).with_context(|| format!("not a progress notification: {m}")))
+        .collect()
+}
+
+fn count_args(n: u64, interval_ms: u64) -> String {
+    format!(r#"{{"n":{n},"interval_ms":{interval_ms}}}"#)
+}
+
+#[tokio::test]
+async fn json_output_is_every_progress_once_in_order_then_the_result_across_cuts() {
+    let server = start_server().await.unwrap();
+    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1500));
+    let proxy = FaultProxy::start(server.addr(), plan).await.unwrap();
+    let url = proxy.url_for("/mcp");
+    let n = 200;
+    let args = count_args(n, 0);
+    let output = run_call(&[&url, "count", "--args", &args, "--json"])
+        .await
+        .unwrap();
+    let report = || format!("{}\nproxy: {}", describe(&output), proxy.report());
+    assert_eq!(output.status.code(), Some(0), "{}", report());
+    let messages = json_lines(&output.stdout).unwrap();
+    let progress =
+        progress_then_result(&messages, n).unwrap_or_else(|e| panic!("{e}\n{}", report()));
+    assert_eq!(progress, (1..=n).collect::<Vec<_>>(), "{}", report());
+    assert!(
+        proxy.counters().cuts >= 1,
+        "no cut was injected: {}",
+        report()
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("reconnecting"),
+        "reconnects not reported: {}",
+        report()
+    );
+}
+
+/// Spawns a slow `count` writing `token_file`, reads its stdout until the token file has
+/// advanced past a few events, then SIGKILLs it. Returns the progress values it printed.
+async fn kill_after_token_advanced(url: &str, n: u64, token_file: &Path) -> Vec<u64> {
+    let args = count_args(n, 50);
+    let token = token_file.to_str().unwrap();
+    let mut child: Child = tether(&[
+        url,
+        "count",
+        "--args",
+        &args,
+        "--json",
+        "--token-file",
+        token,
+    ])
+    .unwrap()
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let advanced = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let message: Value = serde_json::from_str(&line).unwrap();
+            printed.push(progress_of(&message).expect("a progress line before the kill"));
+            let committed = std::fs::read_to_string(token_file)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .is_some_and(|t| {
+                    t["token"]["last_event_id"]
+                        .as_str()
+                        .is_some_and(|id| !id.is_empty())
+                });
+            if committed && printed.len() >= 5 {
+                return;
+            }
+        }
+        panic!("tether call ended before its token file advanced");
+    };
+    tokio::time::timeout(RUN_TIMEOUT, advanced)
+        .await
+        .expect("the token file did not advance");
+    child.start_kill().unwrap(); // SIGKILL
+    // Whatever it wrote before dying is part of its output.
+    while let Ok(Some(line)) = lines.next_line().await {
+        let message: Value = serde_json::from_str(&line).unwrap();
+        printed.push(progress_of(&message).expect("a progress line before the kill"));
+    }
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), None, "tether call was not killed: {status}");
+    assert!(
+        printed.len() < n as usize,
+        "the call finished before the kill"
+    );
+    printed
+}
+
+#[tokio::test]
+async fn resume_after_sigkill_delivers_the_rest_repeating_at_most_the_event_in_hand() {
+    let server = start_server().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("call.token");
+    let n = 60;
+    let first = kill_after_token_advanced(server.url(), n, &token_file).await;
+    let output = run_call(&["--resume", token_file.to_str().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let second = progress_then_result(&json_lines(&output.stdout).unwrap(), n)
+        .unwrap_or_else(|e| panic!("{e}\n{}", describe(&output)));
+    let k = *first.last().unwrap();
+    assert_eq!(first, (1..=k).collect::<Vec<_>>(), "before the kill");
+    let start = *second.first().expect("nothing left after the kill");
+    // Process, then commit: the event printed last before the kill may come again, no other.
+    assert!(
+        start == k || start == k + 1,
+        "resumed at {start} after {k} was printed; first {first:?}, second {second:?}"
+    );
+    assert_eq!(second, (start..=n).collect::<Vec<_>>(), "after the resume");
+}
+
+#[tokio::test]
+async fn a_tool_error_exits_1() {
+    let server = start_server().await.unwrap();
+    let output = run_call(&[server.url(), "count", "--args", r#"{"n":-1}"#])
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("must be >= 0"), "{}", describe(&output));
+}
+
+#[tokio::test]
+async fn usage_errors_exit_2() {
+    for args in [
+        &[][..],
+        &["http://127.0.0.1:1/mcp"][..],
+        &["http://127.0.0.1:1/mcp", "count", "--args", "[1]"][..],
+        &["http://127.0.0.1:1/mcp", "count", "--args", "{not json"][..],
+        &["--resume", "/nonexistent/tether-token"][..],
+        &["--resume", "/tmp/x", "http://127.0.0.1:1/mcp", "count"][..],
+    ] {
+        let output = run_call(args).await.unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            describe(&output)
+        );
+        assert!(output.stdout.is_empty(), "{args:?}: {}", describe(&output));
+    }
+}
+
+#[tokio::test]
+async fn a_session_gone_at_resume_exits_4() {
+    let mut server = start_server().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("call.token");
+    kill_after_token_advanced(server.url(), 1000, &token_file).await;
+    // Same address, fresh memory store: the session is unknown (404).
+    server.restart().await.unwrap();
+    let output = run_call(&["--resume", token_file.to_str().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(4), "{}", describe(&output));
+}
+
+#[tokio::test]
+async fn an_exhausted_reconnect_budget_exits_3() {
+    let mut server = start_server().await.unwrap();
+    let args = count_args(1000, 50);
+    let mut child = tether(&[
+        server.url(),
+        "count",
+        "--args",
+        &args,
+        "--json",
+        "--reconnect-budget-secs",
+        "3",
+    ])
+    .unwrap()
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(RUN_TIMEOUT, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.is_some(), "no progress before the server went away");
+    // The server goes away for good: every reconnect is refused until the budget runs out.
+    server.kill().await.unwrap();
+    while let Ok(Some(_)) = lines.next_line().await {}
+    let output = tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", describe(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("budget"), "{}", describe(&output));
+}
+
+/// The progress bar path: stderr is a terminal under `script` (util-linux).
+#[tokio::test]
+async fn the_progress_bar_runs_under_a_pseudo_terminal() {
+    let script = Path::new("/usr/bin/script");
+    if !script.exists() {
+        eprintln!("skipping: no /usr/bin/script to make a pseudo-terminal");
+        return;
+    }
+    let server = start_server().await.unwrap();
+    let bin = tether_bin().unwrap();
+    let inner = format!(
+        "{} call {} count --args '{}'",
+        bin.display(),
+        server.url(),
+        count_args(10, 20)
+    );
+    let child = Command::new(script)
+        .args(["-qefc", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let output = tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let seen = String::from_utf8_lossy(&output.stdout);
+    assert!(seen.contains("counted 10"), "{}", describe(&output));
+    // On a terminal progress is the bar, not plain lines.
+    assert!(!seen.contains("progress 1/"), "{}", describe(&output));
+}

@@ -1,0 +1,197 @@
+//! `tools/call` with progress: [`Client::call_tool`] sends the call with a progress token and
+//! returns a [`ToolCall`], which yields the call's related messages classified
+//! ([`ToolCallItem`]) and then its result, each once and in order across reconnects. The
+//! commit rule is [`MessageStream`]'s.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Value, json};
+use tether_proto::jsonrpc::{Message, Notification, Request, Response};
+
+use super::{Client, Error, MessageStream, ResumptionToken};
+
+/// Distinguishes the progress tokens of one process's calls.
+static NEXT_PROGRESS_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+/// One message of a tool call's stream.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ToolCallItem {
+    /// A `notifications/progress` for this call.
+    Progress {
+        /// The `progress` value.
+        progress: f64,
+        /// The `total`, if the server gave one.
+        total: Option<f64>,
+        /// The `message`, if any.
+        message: Option<String>,
+    },
+    /// Another related notification (for example `notifications/message`).
+    Notification(Notification),
+    /// A server→client request related to the call. `ping` is answered by
+    /// [`ToolCall::next`] before it is yielded; answer others with [`Client::respond`].
+    Request(Request),
+    /// The final response; nothing follows. A `result` with `isError: true` is a tool error
+    /// (see [`ToolCallItem::is_tool_error`]), an `error` a protocol error.
+    Response(Response),
+}
+
+impl ToolCallItem {
+    /// Classifies a message of a tool call's stream.
+    #[must_use]
+    pub fn from_message(message: Message) -> Self {
+        match message {
+            Message::Notification(n) if n.method == "notifications/progress" => {
+                let params = n.params.clone().unwrap_or(Value::Null);
+                match params.get("progress").and_then(Value::as_f64) {
+                    Some(progress) => Self::Progress {
+                        progress,
+                        total: params.get("total").and_then(Value::as_f64),
+                        message: params
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                    },
+                    None => Self::Notification(n),
+                }
+            }
+            Message::Notification(n) => Self::Notification(n),
+            Message::Request(r) => Self::Request(r),
+            Message::Response(r) => Self::Response(r),
+        }
+    }
+
+    /// Whether this is a final response whose result says `isError: true`.
+    #[must_use]
+    pub fn is_tool_error(&self) -> bool {
+        matches!(self, Self::Response(Response::Result(r))
+            if r.result.get("isError").and_then(Value::as_bool) == Some(true))
+    }
+}
+
+/// A tool call in flight: its related messages, then its result.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), tether::client::Error> {
+/// use tether::client::{Client, ClientConfig, ToolCallItem};
+///
+/// let client = Client::connect("http://127.0.0.1:8080/mcp", ClientConfig::default()).await?;
+/// let mut call = client.call_tool("count", serde_json::json!({"n": 5})).await?;
+/// while let Some(item) = call.next().await {
+///     match item? {
+///         ToolCallItem::Progress { progress, .. } => println!("progress {progress}"),
+///         ToolCallItem::Response(response) => println!("done: {response:?}"),
+///         _ => {}
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct ToolCall {
+    client: Client,
+    stream: MessageStream,
+}
+
+impl ToolCall {
+    pub(crate) fn new(client: Client, stream: MessageStream) -> Self {
+        Self { client, stream }
+    }
+
+    /// Commits the previous item (see [`MessageStream::next`]) and waits for the next one;
+    /// `None` after the final response or an error. A `ping` from the server is answered
+    /// before it is returned.
+    pub async fn next(&mut self) -> Option<Result<ToolCallItem, Error>> {
+        self.next_message()
+            .await
+            .map(|r| r.map(ToolCallItem::from_message))
+    }
+
+    /// Like [`next`](Self::next), but the message as received (for raw output).
+    pub async fn next_message(&mut self) -> Option<Result<Message, Error>> {
+        let item = self.stream.next().await?;
+        if let Ok(Message::Request(request)) = &item
+            && request.method == "ping"
+        {
+            let answer = Response::success(request.id.clone(), json!({}));
+            if let Err(error) = self.client.respond(answer).await {
+                tracing::warn!(%error, "answering a ping failed");
+            }
+        }
+        Some(item)
+    }
+
+    /// Commits the item last returned now.
+    pub fn ack(&mut self) {
+        self.stream.ack();
+    }
+
+    /// Reads to the end and returns the final response (committing everything on the way).
+    ///
+    /// # Errors
+    ///
+    /// The stream's error, or [`Error::Protocol`] if it ended without a response.
+    pub async fn response(mut self) -> Result<Response, Error> {
+        let mut last = None;
+        while let Some(item) = self.next().await {
+            if let ToolCallItem::Response(response) = item? {
+                last = Some(response);
+            }
+        }
+        last.ok_or_else(|| Error::Protocol("stream ended without a response".to_owned()))
+    }
+
+    /// Cancels the call: stops reading its stream and sends `notifications/cancelled` naming
+    /// it (with `reason`, if given). The server sends no response to a cancelled request.
+    ///
+    /// # Errors
+    ///
+    /// What sending the notification failed with.
+    pub async fn cancel(self, reason: Option<&str>) -> Result<(), Error> {
+        let Self { client, stream } = self;
+        let Some(id) = stream.request_id().cloned() else {
+            return Ok(());
+        };
+        drop(stream);
+        let mut params = json!({"requestId": id});
+        if let Some(reason) = reason {
+            params["reason"] = json!(reason);
+        }
+        client.notify("notifications/cancelled", Some(params)).await
+    }
+
+    /// The token for the last committed event, if any.
+    #[must_use]
+    pub fn resumption_token(&self) -> Option<ResumptionToken> {
+        self.stream.resumption_token()
+    }
+
+    /// The client this call runs on.
+    #[must_use]
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Client {
+    /// Calls tool `name` with `arguments` (a JSON object), asking for progress notifications
+    /// (`_meta.progressToken`).
+    ///
+    /// # Errors
+    ///
+    /// What sending failed with; later failures arrive as the call's items.
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<ToolCall, Error> {
+        let token = format!(
+            "tether-{}-{}",
+            std::process::id(),
+            NEXT_PROGRESS_TOKEN.fetch_add(1, Ordering::Relaxed)
+        );
+        let params = json!({
+            "name": name,
+            "arguments": arguments,
+            "_meta": {"progressToken": token},
+        });
+        let stream = self.request("tools/call", Some(params)).await?;
+        Ok(ToolCall::new(self.clone(), stream))
+    }
+}

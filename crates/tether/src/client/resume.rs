@@ -1,0 +1,85 @@
+//! Resuming a call from a persisted [`ResumptionToken`] in a new process:
+//! [`Client::resume`] rebuilds a client on the token's session (no `initialize`: the server
+//! still has the session) and reattaches to the request's stream with GET + `Last-Event-ID`,
+//! delivering the rest of the call: the events after the token's cursor, then the response.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::stream::Driver;
+use super::{Client, ClientConfig, Error, Inner, MessageStream, ResumptionToken, ToolCall};
+
+/// Request ids of a resumed client start here, far from the ids the first process used, so
+/// that a new request cannot be confused with the resumed one.
+const RESUMED_ID_BASE: u64 = 1 << 40;
+
+impl Client {
+    /// Reattaches to the session and stream named by `token` (saved by
+    /// [`ClientConfig::on_resumption_token`] in an earlier process) at the MCP endpoint `url`.
+    /// The returned stream yields the messages after the token's cursor and then the final
+    /// response; commits fire the token callback as usual.
+    ///
+    /// ```no_run
+    /// # async fn demo(saved: &str) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tether::client::{Client, ClientConfig, ResumptionToken};
+    ///
+    /// let token: ResumptionToken = serde_json::from_str(saved)?;
+    /// let (_client, stream) =
+    ///     Client::resume("http://127.0.0.1:8080/mcp", &token, ClientConfig::default()).await?;
+    /// let response = stream.response().await?;
+    /// println!("{response:?}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a bad URL or header, or a token of the standalone stream.
+    /// Failures of the resume itself (the session expired, the events expired, the budget ran
+    /// out) arrive as the stream's items.
+    pub async fn resume(
+        url: &str,
+        token: &ResumptionToken,
+        config: ClientConfig,
+    ) -> Result<(Self, MessageStream), Error> {
+        let request_id = token.request_id.clone().ok_or_else(|| {
+            Error::Config("the token is for the standalone stream, not a request".to_owned())
+        })?;
+        let inner = Inner::build(url, config, RESUMED_ID_BASE)?;
+        inner.transport.update_session(|s| {
+            s.id.clone_from(&token.session_id);
+            s.version = token.protocol_version;
+            s.initialized = true;
+        });
+        let session = inner.transport.session();
+        let client = Self { inner };
+        let (tx, rx) = mpsc::channel(client.inner.config.stream_buffer.max(1));
+        let driver = Driver::resuming(
+            Arc::clone(&client.inner),
+            request_id.clone(),
+            &token.last_event_id,
+            session.generation,
+            tx,
+        );
+        tokio::spawn(driver.run(None));
+        let stream = client
+            .stream(rx, Some(request_id), &session)
+            .with_committed(&token.last_event_id);
+        Ok((client, stream))
+    }
+
+    /// [`resume`](Self::resume) for a tool call: the rest of the call as a [`ToolCall`].
+    ///
+    /// # Errors
+    ///
+    /// As [`resume`](Self::resume).
+    pub async fn resume_tool_call(
+        url: &str,
+        token: &ResumptionToken,
+        config: ClientConfig,
+    ) -> Result<ToolCall, Error> {
+        let (client, stream) = Self::resume(url, token, config).await?;
+        Ok(ToolCall::new(client, stream))
+    }
+}
