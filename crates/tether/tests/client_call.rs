@@ -2,20 +2,26 @@
 //! 1..n once each, in order, then the result, through a fault proxy that cuts connections;
 //! a [`ResumptionToken`] serialized by one client resumes the call in another
 //! ([`Client::resume_tool_call`]), starting exactly after the committed event; a token whose
-//! session the server no longer knows fails with [`Error::SessionExpired`].
+//! session the server no longer knows fails with [`Error::SessionExpired`]. A
+//! [`ServerRequestHandler`] answers the server's sampling and elicitation requests (on the
+//! call's stream and on the standalone stream) without the application seeing them.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
+use async_trait::async_trait;
+use serde_json::{Value, json};
 use tether::client::{
-    Client, ClientConfig, ClientEvent, Error, ResumptionToken, ToolCall, ToolCallItem,
+    Client, ClientConfig, ClientEvent, Error, ResumptionToken, ServerRequestHandler, ToolCall,
+    ToolCallItem,
 };
 use tether::demo::DemoHandler;
 use tether::proto::backoff::BackoffConfig;
-use tether::proto::jsonrpc::Response;
+use tether::proto::jsonrpc::{
+    ErrorObject, INTERNAL_ERROR, METHOD_NOT_FOUND, Message, Request, Response,
+};
 use tether::proto::reconnect::ReconnectConfig;
-use tether::server::{Server, ServerConfig};
+use tether::server::{ContextError, Handler, RequestContext, Server, ServerConfig, ServerInfo};
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -35,11 +41,15 @@ impl TestServer {
 }
 
 async fn start_server() -> TestServer {
+    start_server_with(Arc::new(DemoHandler::new())).await
+}
+
+async fn start_server_with(handler: Arc<dyn Handler>) -> TestServer {
     let config = ServerConfig {
         retry: Duration::from_millis(50),
         ..ServerConfig::default()
     };
-    let server = Server::with_memory_stores(config, Arc::new(DemoHandler::new()));
+    let server = Server::with_memory_stores(config, handler);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -224,4 +234,249 @@ async fn a_standalone_token_is_refused() {
         .await
         .unwrap_err();
     assert!(matches!(error, Error::Config(_)), "{error:?}");
+}
+
+/// A server whose tools ask the client: `sample` sends `sampling/createMessage` and `elicit`
+/// sends `elicitation/create` on the call's stream, `elicit_standalone` sends
+/// `elicitation/create` on the standalone stream; each returns the answer's text, or reports
+/// a client error as a tool error naming it.
+struct AskingHandler;
+
+#[async_trait]
+impl Handler for AskingHandler {
+    fn server_info(&self) -> ServerInfo {
+        ServerInfo {
+            name: "asking".to_owned(),
+            version: "0".to_owned(),
+            capabilities: json!({"tools": {}}),
+            instructions: None,
+        }
+    }
+
+    async fn handle_request(
+        &self,
+        request: Request,
+        context: RequestContext,
+    ) -> Result<Value, ErrorObject> {
+        if request.method != "tools/call" {
+            return Err(ErrorObject::new(METHOD_NOT_FOUND, "tools/call only"));
+        }
+        let params = request.params.unwrap_or(Value::Null);
+        let question = params["arguments"]["question"].clone();
+        let sampling = json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": question}}],
+            "maxTokens": 10,
+        });
+        let elicitation = json!({
+            "message": question,
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+        });
+        let answer = match params["name"].as_str() {
+            Some("sample") => context.request("sampling/createMessage", sampling).await,
+            Some("elicit") => context.request("elicitation/create", elicitation).await,
+            Some("elicit_standalone") => {
+                context
+                    .session()
+                    .request("elicitation/create", elicitation)
+                    .await
+            }
+            _ => return Err(ErrorObject::new(METHOD_NOT_FOUND, "no such tool")),
+        };
+        let (text, is_error) = match answer {
+            Ok(answer) => {
+                let text = answer["content"]["text"]
+                    .as_str()
+                    .or_else(|| answer["content"]["name"].as_str())
+                    .unwrap_or("?");
+                (format!("client said {text}"), false)
+            }
+            Err(ContextError::Remote(error)) => (
+                format!("client refused {}: {}", error.code, error.message),
+                true,
+            ),
+            Err(other) => return Err(ErrorObject::new(INTERNAL_ERROR, other.to_string())),
+        };
+        Ok(json!({"content": [{"type": "text", "text": text}], "isError": is_error}))
+    }
+}
+
+/// The client's side: answers sampling with the question shouted, elicitation with a name,
+/// or everything with `refusal`; declines the methods not in `accepts`; records what it saw.
+#[derive(Default)]
+struct Answerer {
+    refusal: Option<ErrorObject>,
+    declined: Vec<&'static str>,
+    seen: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl ServerRequestHandler for Answerer {
+    fn accepts(&self, request: &Request) -> bool {
+        !self.declined.contains(&request.method.as_str())
+    }
+
+    async fn handle(&self, request: &Request) -> Result<Value, ErrorObject> {
+        self.seen.lock().unwrap().push(request.method.clone());
+        if let Some(refusal) = &self.refusal {
+            return Err(refusal.clone());
+        }
+        let params = request.params.clone().unwrap_or(Value::Null);
+        match request.method.as_str() {
+            "sampling/createMessage" => {
+                let question = params["messages"][0]["content"]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_uppercase();
+                Ok(json!({
+                    "role": "assistant",
+                    "content": {"type": "text", "text": question},
+                    "model": "test",
+                }))
+            }
+            "elicitation/create" => Ok(json!({"action": "accept", "content": {"name": "Ada"}})),
+            other => Err(ErrorObject::new(METHOD_NOT_FOUND, format!("no {other}"))),
+        }
+    }
+}
+
+/// A client on `server` whose request handler is `answerer`.
+async fn answering_client(server: &TestServer, answerer: &Arc<Answerer>) -> Client {
+    let config = ClientConfig {
+        capabilities: json!({"sampling": {}, "elicitation": {}}),
+        request_handler: Some(Arc::clone(answerer) as Arc<dyn ServerRequestHandler>),
+        ..fast_config()
+    };
+    Client::connect(&server.url(), config).await.unwrap()
+}
+
+/// Calls `tool` and reads it to the end (any server request reaching the application fails
+/// the test); the result's text and whether it is a tool error.
+async fn ask(client: &Client, tool: &str, question: &str) -> (String, bool) {
+    let call = client
+        .call_tool(tool, json!({"question": question}))
+        .await
+        .unwrap();
+    match call.response().await.unwrap() {
+        Response::Result(r) => (
+            r.result["content"][0]["text"].as_str().unwrap().to_owned(),
+            r.result["isError"] == json!(true),
+        ),
+        Response::Error(e) => panic!("protocol error {e:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_request_handler_answers_sampling_on_the_calls_stream() {
+    let server = start_server_with(Arc::new(AskingHandler)).await;
+    let answerer = Arc::new(Answerer::default());
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = answering_client(&server, &answerer).await;
+        let mut call = client
+            .call_tool("sample", json!({"question": "colour?"}))
+            .await
+            .unwrap();
+        // The request is answered, not yielded: the only item is the result.
+        let item = call.next().await.unwrap().unwrap();
+        let ToolCallItem::Response(Response::Result(r)) = item else {
+            panic!("unexpected item {item:?}");
+        };
+        assert_eq!(r.result["content"][0]["text"], "client said COLOUR?");
+        assert!(call.next().await.is_none());
+        assert_eq!(*answerer.seen.lock().unwrap(), ["sampling/createMessage"]);
+        client.close().await.unwrap();
+    })
+    .await
+    .expect("timed out");
+}
+
+#[tokio::test]
+async fn a_handler_error_reaches_the_tool_as_a_remote_error() {
+    let server = start_server_with(Arc::new(AskingHandler)).await;
+    let answerer = Arc::new(Answerer {
+        refusal: Some(ErrorObject::new(-1, "user declined")),
+        ..Answerer::default()
+    });
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = answering_client(&server, &answerer).await;
+        let (text, is_error) = ask(&client, "sample", "colour?").await;
+        assert_eq!(text, "client refused -1: user declined");
+        assert!(is_error);
+        client.close().await.unwrap();
+    })
+    .await
+    .expect("timed out");
+}
+
+#[tokio::test]
+async fn the_request_handler_answers_elicitation_on_the_call_and_standalone_streams() {
+    let server = start_server_with(Arc::new(AskingHandler)).await;
+    let answerer = Arc::new(Answerer::default());
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = answering_client(&server, &answerer).await;
+        assert_eq!(
+            ask(&client, "elicit", "name?").await,
+            ("client said Ada".to_owned(), false)
+        );
+
+        // On the standalone stream: answered while the application reads it, not yielded.
+        let mut standalone = client.server_messages().unwrap();
+        let reader = tokio::spawn(async move {
+            let mut yielded = Vec::new();
+            while let Some(Ok(message)) = standalone.next().await {
+                yielded.push(message);
+            }
+            yielded
+        });
+        assert_eq!(
+            ask(&client, "elicit_standalone", "name?").await,
+            ("client said Ada".to_owned(), false)
+        );
+        assert_eq!(
+            *answerer.seen.lock().unwrap(),
+            ["elicitation/create", "elicitation/create"]
+        );
+        client.close().await.unwrap();
+        let yielded = reader.await.unwrap();
+        assert!(
+            !yielded.iter().any(|m| matches!(m, Message::Request(_))),
+            "{yielded:?}"
+        );
+    })
+    .await
+    .expect("timed out");
+}
+
+#[tokio::test]
+async fn a_declined_request_is_yielded_for_the_application_to_answer() {
+    let server = start_server_with(Arc::new(AskingHandler)).await;
+    let answerer = Arc::new(Answerer {
+        declined: vec!["elicitation/create"],
+        ..Answerer::default()
+    });
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = answering_client(&server, &answerer).await;
+        let mut call = client
+            .call_tool("elicit", json!({"question": "name?"}))
+            .await
+            .unwrap();
+        let item = call.next().await.unwrap().unwrap();
+        let ToolCallItem::Request(request) = item else {
+            panic!("unexpected item {item:?}");
+        };
+        assert_eq!(request.method, "elicitation/create");
+        let answer = json!({"action": "accept", "content": {"name": "Bo"}});
+        client
+            .respond(Response::success(request.id, answer))
+            .await
+            .unwrap();
+        let response = call.response().await.unwrap();
+        let Response::Result(r) = response else {
+            panic!("{response:?}");
+        };
+        assert_eq!(r.result["content"][0]["text"], "client said Bo");
+        assert!(answerer.seen.lock().unwrap().is_empty());
+        client.close().await.unwrap();
+    })
+    .await
+    .expect("timed out");
 }

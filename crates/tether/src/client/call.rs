@@ -28,8 +28,9 @@ pub enum ToolCallItem {
     },
     /// Another related notification (for example `notifications/message`).
     Notification(Notification),
-    /// A server→client request related to the call. `ping` is answered by
-    /// [`ToolCall::next`] before it is yielded; answer others with [`Client::respond`].
+    /// A server→client request related to the call. `ping` is answered before it is
+    /// yielded; requests the [`ClientConfig::request_handler`](super::ClientConfig::request_handler)
+    /// answers are not yielded; answer the others with [`Client::respond`].
     Request(Request),
     /// The final response; nothing follows. A `result` with `isError: true` is a tool error
     /// (see [`ToolCallItem::is_tool_error`]), an `error` a protocol error.
@@ -100,7 +101,8 @@ impl ToolCall {
 
     /// Commits the previous item (see [`MessageStream::next`]) and waits for the next one;
     /// `None` after the final response or an error. A `ping` from the server is answered
-    /// before it is returned.
+    /// before it is returned; requests the configured
+    /// [`ServerRequestHandler`](super::ServerRequestHandler) answers are not returned.
     pub async fn next(&mut self) -> Option<Result<ToolCallItem, Error>> {
         self.next_message()
             .await
@@ -109,16 +111,7 @@ impl ToolCall {
 
     /// Like [`next`](Self::next), but the message as received (for raw output).
     pub async fn next_message(&mut self) -> Option<Result<Message, Error>> {
-        let item = self.stream.next().await?;
-        if let Ok(Message::Request(request)) = &item
-            && request.method == "ping"
-        {
-            let answer = Response::success(request.id.clone(), json!({}));
-            if let Err(error) = self.client.respond(answer).await {
-                tracing::warn!(%error, "answering a ping failed");
-            }
-        }
-        Some(item)
+        self.stream.next().await
     }
 
     /// Commits the item last returned now.

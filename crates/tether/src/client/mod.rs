@@ -22,6 +22,10 @@
 //! [`Client::resume`] in a new process reattaches to its session and stream and delivers the
 //! rest of the call.
 //!
+//! Server→client requests: `ping` is answered by the client itself; set
+//! [`ClientConfig::request_handler`] (a [`ServerRequestHandler`]) to answer the others
+//! (sampling, elicitation, …) on every stream, or answer them with [`Client::respond`].
+//!
 //! TLS is rustls with the *ring* provider: if the process has no default
 //! [`rustls::crypto::CryptoProvider`], [`Client::connect`] installs ring's. Certificates are
 //! checked against the platform's roots (on Linux the system CA bundle, or `SSL_CERT_FILE` /
@@ -40,6 +44,7 @@
 
 mod call;
 mod error;
+mod handler;
 mod resume;
 mod stream;
 mod transport;
@@ -66,6 +71,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use call::{ToolCall, ToolCallItem};
 pub use error::{BoxError, Error};
+pub use handler::ServerRequestHandler;
 pub use stream::{MessageStream, ResumptionToken};
 
 use stream::{Delivery, Driver};
@@ -154,6 +160,15 @@ pub struct ClientConfig {
     /// Empty by default. An entry that does not parse fails [`Client::connect`] with
     /// [`Error::Config`].
     pub extra_root_certificates: Vec<Vec<u8>>,
+    /// Answers server→client requests other than `ping` (which the client always answers
+    /// itself, still yielding it). `None` (the default): every other request is yielded by
+    /// its stream for the application to answer with [`Client::respond`]. With a handler,
+    /// each request it [accepts](ServerRequestHandler::accepts), on any stream (a request's,
+    /// a [`ToolCall`]'s, or the standalone stream of [`Client::server_messages`]), is answered
+    /// with the handler's result or error when the stream reaches it, and is not yielded;
+    /// requests it declines are yielded as without a handler. Streams only answer while the
+    /// application reads them.
+    pub request_handler: Option<Arc<dyn ServerRequestHandler>>,
 }
 
 impl Default for ClientConfig {
@@ -172,6 +187,7 @@ impl Default for ClientConfig {
             dedup_window: DEFAULT_DEDUP_WINDOW,
             stream_buffer: DEFAULT_STREAM_BUFFER,
             extra_root_certificates: Vec::new(),
+            request_handler: None,
         }
     }
 }
@@ -191,6 +207,7 @@ impl std::fmt::Debug for ClientConfig {
                 "extra_root_certificates",
                 &self.extra_root_certificates.len(),
             )
+            .field("request_handler", &self.request_handler.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -513,6 +530,7 @@ impl Client {
         session: &transport::Session,
     ) -> MessageStream {
         MessageStream::new(
+            self.clone(),
             rx,
             request_id,
             session.id.clone(),

@@ -38,7 +38,8 @@ use tether_sse::{Decoder, Item, ResponseAction, classify_response};
 use tokio::sync::mpsc;
 
 use super::error::Error;
-use super::{Inner, TokenCallback};
+use super::handler::answer_server_request;
+use super::{Client, Inner, TokenCallback};
 
 /// What the stream task hands to the application's end, in stream order.
 #[derive(Debug)]
@@ -81,7 +82,13 @@ pub struct ResumptionToken {
 ///
 /// Commit rule: the message returned by [`next`](Self::next) is committed when `next` is
 /// called again, or at once by [`ack`](Self::ack). Dropping the stream commits nothing.
+///
+/// Server→client requests are answered by the client where it can (see
+/// [`ClientConfig::request_handler`](super::ClientConfig::request_handler)): `ping` always
+/// (and still yielded), others by the configured handler (then committed once answered and
+/// not yielded). Any other request is yielded for [`Client::respond`](super::Client::respond).
 pub struct MessageStream {
+    client: Client,
     rx: mpsc::Receiver<Delivery>,
     request_id: Option<RequestId>,
     session_id: Option<String>,
@@ -103,6 +110,7 @@ impl std::fmt::Debug for MessageStream {
 
 impl MessageStream {
     pub(crate) fn new(
+        client: Client,
         rx: mpsc::Receiver<Delivery>,
         request_id: Option<RequestId>,
         session_id: Option<String>,
@@ -110,6 +118,7 @@ impl MessageStream {
         on_token: Option<TokenCallback>,
     ) -> Self {
         Self {
+            client,
             rx,
             request_id,
             session_id,
@@ -122,12 +131,25 @@ impl MessageStream {
 
     /// Commits the previously returned message, then waits for the next one. `None` once the
     /// stream is finished (after the final response, or after an error).
+    ///
+    /// A server request is answered here before `next` returns (or goes on past it): dropping
+    /// the future while a request handler runs loses that request (it is neither answered
+    /// nor committed in this process; a resume from the last token delivers it again).
     pub async fn next(&mut self) -> Option<Result<Message, Error>> {
         self.ack();
         loop {
             match self.rx.recv().await? {
                 Delivery::Cursor(id) => self.commit(id),
                 Delivery::Message { message, event_id } => {
+                    if let Message::Request(request) = &message
+                        && answer_server_request(&self.client, request).await
+                    {
+                        // Answered by the handler: processed, so committed; not yielded.
+                        if let Some(id) = event_id {
+                            self.commit(id);
+                        }
+                        continue;
+                    }
                     self.uncommitted = event_id;
                     return Some(Ok(message));
                 }
