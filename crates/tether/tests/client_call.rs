@@ -6,6 +6,9 @@
 //! [`ServerRequestHandler`] answers the server's sampling and elicitation requests (on the
 //! call's stream and on the standalone stream) without the application seeing them.
 
+mod client_support;
+use client_support::{TestServer, demo_config, fast_config, start_demo_server, start_server};
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,63 +18,14 @@ use tether::client::{
     Client, ClientConfig, ClientEvent, Error, ResumptionToken, ServerRequestHandler, ToolCall,
     ToolCallItem,
 };
-use tether::demo::DemoHandler;
-use tether::proto::backoff::BackoffConfig;
 use tether::proto::jsonrpc::{
     ErrorObject, INTERNAL_ERROR, METHOD_NOT_FOUND, Message, Request, Response,
 };
-use tether::proto::reconnect::ReconnectConfig;
-use tether::server::{ContextError, Handler, RequestContext, Server, ServerConfig, ServerInfo};
+use tether::server::{ContextError, Handler, RequestContext, ServerInfo};
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
 /// Bounds every test: a client that hangs fails instead of blocking the suite.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
-
-struct TestServer {
-    addr: std::net::SocketAddr,
-    _stop: oneshot::Sender<()>,
-}
-
-impl TestServer {
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-}
-
-async fn start_server() -> TestServer {
-    start_server_with(Arc::new(DemoHandler::new())).await
-}
-
-async fn start_server_with(handler: Arc<dyn Handler>) -> TestServer {
-    let config = ServerConfig {
-        retry: Duration::from_millis(50),
-        ..ServerConfig::default()
-    };
-    let server = Server::with_memory_stores(config, handler);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
-    TestServer { addr, _stop: stop }
-}
-
-fn fast_config() -> ClientConfig {
-    ClientConfig {
-        reconnect: ReconnectConfig {
-            backoff: BackoffConfig {
-                base: Duration::from_millis(50),
-                cap: Duration::from_millis(500),
-                ..BackoffConfig::default()
-            },
-            ..ReconnectConfig::default()
-        },
-        ..ClientConfig::default()
-    }
-}
 
 /// Reads the rest of a call: its progress values, then the text of its result.
 async fn rest_of(mut call: ToolCall) -> (Vec<u64>, String) {
@@ -92,14 +46,17 @@ async fn rest_of(mut call: ToolCall) -> (Vec<u64>, String) {
 
 #[tokio::test]
 async fn call_tool_yields_progress_once_in_order_then_the_result_across_cuts() {
-    let server = start_server().await;
+    let server = start_demo_server().await;
     let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1500));
     let proxy = FaultProxy::start(server.addr, plan).await.unwrap();
     let n = 150;
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let client = Client::connect(&proxy.url_for("/mcp"), fast_config())
-            .await
-            .unwrap();
+        let client = Client::connect(
+            &proxy.url_for("/mcp"),
+            fast_config(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap();
         let mut events = client.events();
         let call = client.call_tool("count", json!({"n": n})).await.unwrap();
         let (progress, text) = rest_of(call).await;
@@ -124,7 +81,7 @@ async fn abandon_after(url: &str, n: u64, taken: u64, ack: bool) -> String {
         on_resumption_token: Some(Arc::new(move |token: &ResumptionToken| {
             *sink.lock().unwrap() = Some(serde_json::to_string(token).unwrap());
         })),
-        ..fast_config()
+        ..fast_config(Duration::from_millis(50))
     };
     let client = Client::connect(url, config).await.unwrap();
     let mut call = client
@@ -147,7 +104,7 @@ async fn abandon_after(url: &str, n: u64, taken: u64, ack: bool) -> String {
 
 #[tokio::test]
 async fn a_persisted_token_resumes_the_call_after_the_committed_event() {
-    let server = start_server().await;
+    let server = start_demo_server().await;
     let url = server.url();
     let n = 60;
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -155,7 +112,7 @@ async fn a_persisted_token_resumes_the_call_after_the_committed_event() {
         let saved = abandon_after(&url, n, 5, false).await;
         let token: ResumptionToken = serde_json::from_str(&saved).unwrap();
         assert!(token.request_id.is_some() && token.session_id.is_some());
-        let call = Client::resume_tool_call(&url, &token, fast_config())
+        let call = Client::resume_tool_call(&url, &token, fast_config(Duration::from_millis(50)))
             .await
             .unwrap();
         assert_eq!(call.resumption_token(), Some(token));
@@ -166,7 +123,7 @@ async fn a_persisted_token_resumes_the_call_after_the_committed_event() {
         // Acked: the resume starts after it.
         let saved = abandon_after(&url, n, 5, true).await;
         let token: ResumptionToken = serde_json::from_str(&saved).unwrap();
-        let call = Client::resume_tool_call(&url, &token, fast_config())
+        let call = Client::resume_tool_call(&url, &token, fast_config(Duration::from_millis(50)))
             .await
             .unwrap();
         let (progress, _) = rest_of(call).await;
@@ -178,17 +135,21 @@ async fn a_persisted_token_resumes_the_call_after_the_committed_event() {
 
 #[tokio::test]
 async fn a_token_for_a_session_the_server_lost_fails_with_session_expired() {
-    let first = start_server().await;
+    let first = start_demo_server().await;
     let saved = tokio::time::timeout(TEST_TIMEOUT, abandon_after(&first.url(), 1000, 3, true))
         .await
         .expect("timed out");
     let token: ResumptionToken = serde_json::from_str(&saved).unwrap();
     // Another server (a restart with an empty store) does not know the session.
-    let second = start_server().await;
+    let second = start_demo_server().await;
     let outcome = tokio::time::timeout(TEST_TIMEOUT, async {
-        let mut call = Client::resume_tool_call(&second.url(), &token, fast_config())
-            .await
-            .unwrap();
+        let mut call = Client::resume_tool_call(
+            &second.url(),
+            &token,
+            fast_config(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap();
         call.next().await
     })
     .await
@@ -201,9 +162,11 @@ async fn a_token_for_a_session_the_server_lost_fails_with_session_expired() {
 
 #[tokio::test]
 async fn a_cancelled_call_stops_and_the_client_goes_on() {
-    let server = start_server().await;
+    let server = start_demo_server().await;
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let client = Client::connect(&server.url(), fast_config()).await.unwrap();
+        let client = Client::connect(&server.url(), fast_config(Duration::from_millis(50)))
+            .await
+            .unwrap();
         let mut call = client
             .call_tool("count", json!({"n": 100_000, "interval_ms": 10}))
             .await
@@ -344,7 +307,7 @@ async fn answering_client(server: &TestServer, answerer: &Arc<Answerer>) -> Clie
     let config = ClientConfig {
         capabilities: json!({"sampling": {}, "elicitation": {}}),
         request_handler: Some(Arc::clone(answerer) as Arc<dyn ServerRequestHandler>),
-        ..fast_config()
+        ..fast_config(Duration::from_millis(50))
     };
     Client::connect(&server.url(), config).await.unwrap()
 }
@@ -367,7 +330,7 @@ async fn ask(client: &Client, tool: &str, question: &str) -> (String, bool) {
 
 #[tokio::test]
 async fn the_request_handler_answers_sampling_on_the_calls_stream() {
-    let server = start_server_with(Arc::new(AskingHandler)).await;
+    let server = start_server(demo_config(), Arc::new(AskingHandler)).await;
     let answerer = Arc::new(Answerer::default());
     tokio::time::timeout(TEST_TIMEOUT, async {
         let client = answering_client(&server, &answerer).await;
@@ -391,7 +354,7 @@ async fn the_request_handler_answers_sampling_on_the_calls_stream() {
 
 #[tokio::test]
 async fn a_handler_error_reaches_the_tool_as_a_remote_error() {
-    let server = start_server_with(Arc::new(AskingHandler)).await;
+    let server = start_server(demo_config(), Arc::new(AskingHandler)).await;
     let answerer = Arc::new(Answerer {
         refusal: Some(ErrorObject::new(-1, "user declined")),
         ..Answerer::default()
@@ -409,7 +372,7 @@ async fn a_handler_error_reaches_the_tool_as_a_remote_error() {
 
 #[tokio::test]
 async fn the_request_handler_answers_elicitation_on_the_call_and_standalone_streams() {
-    let server = start_server_with(Arc::new(AskingHandler)).await;
+    let server = start_server(demo_config(), Arc::new(AskingHandler)).await;
     let answerer = Arc::new(Answerer::default());
     tokio::time::timeout(TEST_TIMEOUT, async {
         let client = answering_client(&server, &answerer).await;
@@ -448,7 +411,7 @@ async fn the_request_handler_answers_elicitation_on_the_call_and_standalone_stre
 
 #[tokio::test]
 async fn a_declined_request_is_yielded_for_the_application_to_answer() {
-    let server = start_server_with(Arc::new(AskingHandler)).await;
+    let server = start_server(demo_config(), Arc::new(AskingHandler)).await;
     let answerer = Arc::new(Answerer {
         declined: vec!["elicitation/create"],
         ..Answerer::default()

@@ -4,6 +4,9 @@
 //! sees: when the reconnect arrives at the server, which `Error` a call fails with, how often
 //! the auth hook is asked.
 
+mod client_support;
+use client_support::{count_params, drain};
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,10 +18,8 @@ use axum::middleware::{self, Next};
 use axum::response::Response as HttpResponse;
 use axum::serve::ListenerExt as _;
 use futures_util::StreamExt as _;
-use serde_json::{Value, json};
-use tether::client::{AuthProvider, Client, ClientConfig, Error, MessageStream};
+use tether::client::{AuthProvider, Client, ClientConfig, Error};
 use tether::demo::DemoHandler;
-use tether::proto::jsonrpc::{Message, Response};
 use tether::server::{Server, ServerConfig};
 use tether::store::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
@@ -26,14 +27,6 @@ use tokio::net::TcpListener;
 
 /// Bounds every test: a client that hangs fails instead of blocking the suite.
 const TEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn count_params(n: u64, interval_ms: u64) -> Option<Value> {
-    Some(json!({
-        "name": "count",
-        "arguments": {"n": n, "interval_ms": interval_ms},
-        "_meta": {"progressToken": "p"},
-    }))
-}
 
 /// Serves `app` on a loopback port until the test's runtime ends; returns the MCP URL.
 async fn serve(app: Router) -> String {
@@ -46,32 +39,6 @@ async fn serve(app: Router) -> String {
     });
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{addr}/mcp")
-}
-
-/// Reads a stream to its end: the progress values, the result text, or the first error.
-async fn drain(mut stream: MessageStream) -> (Vec<u64>, Result<String, Error>) {
-    let mut progress = Vec::new();
-    let mut result = Err(Error::Protocol("no result".to_owned()));
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(Message::Notification(note)) => {
-                progress.push(
-                    note.params.unwrap_or_default()["progress"]
-                        .as_u64()
-                        .unwrap(),
-                );
-            }
-            Ok(Message::Response(Response::Result(r))) => {
-                result = Ok(r.result["content"][0]["text"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned());
-            }
-            Ok(other) => panic!("unexpected {other:?}"),
-            Err(error) => return (progress, Err(error)),
-        }
-    }
-    (progress, result)
 }
 
 /// What the retry test's middleware saw at the server.

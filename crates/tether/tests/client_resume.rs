@@ -3,67 +3,20 @@
 //! connections (cuts, resets, truncation inside an event, stalls), and every fault the test
 //! claims to survive is asserted in the proxy's counters. Real sockets, no mocks.
 
+mod client_support;
+use client_support::{count_params, fast_config, start_demo_server};
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tether::client::{Client, ClientConfig, Error, MessageStream, ResumptionToken};
-use tether::demo::DemoHandler;
-use tether::proto::backoff::{BackoffConfig, Budget};
+use tether::proto::backoff::Budget;
 use tether::proto::jsonrpc::{Message, Response};
-use tether::proto::reconnect::ReconnectConfig;
-use tether::server::{Server, ServerConfig};
 use tether_testkit::proxy::{ByteFault, Counters, FaultPlan, FaultProxy, TruncateFault};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-
-/// The server's `retry`: short, so that a test with dozens of cuts takes a second or two.
-const RETRY: Duration = Duration::from_millis(50);
 
 /// Bounds every test: a client that hangs fails instead of blocking the suite.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
-
-struct TestServer {
-    addr: std::net::SocketAddr,
-    _stop: oneshot::Sender<()>,
-}
-
-async fn start_server() -> TestServer {
-    let config = ServerConfig {
-        retry: RETRY,
-        ..ServerConfig::default()
-    };
-    let server = Server::with_memory_stores(config, Arc::new(DemoHandler::new()));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
-    TestServer { addr, _stop: stop }
-}
-
-fn fast_config() -> ClientConfig {
-    ClientConfig {
-        reconnect: ReconnectConfig {
-            backoff: BackoffConfig {
-                base: Duration::from_millis(50),
-                cap: Duration::from_millis(500),
-                ..BackoffConfig::default()
-            },
-            ..ReconnectConfig::default()
-        },
-        ..ClientConfig::default()
-    }
-}
-
-fn count_params(n: u64, interval_ms: u64) -> Option<Value> {
-    Some(json!({
-        "name": "count",
-        "arguments": {"n": n, "interval_ms": interval_ms},
-        "_meta": {"progressToken": "p"},
-    }))
-}
 
 /// Reads a `count` stream to its end and checks it: progress 1..n exactly once each, in
 /// order, then `counted n`, then nothing.
@@ -97,7 +50,7 @@ async fn assert_count(mut stream: MessageStream, n: u64) {
 }
 
 async fn run_count_through(plan: FaultPlan, n: u64, config: ClientConfig) -> Counters {
-    let server = start_server().await;
+    let server = start_demo_server().await;
     let proxy = FaultProxy::start(server.addr, plan).await.unwrap();
     let url = proxy.url_for("/mcp");
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -119,7 +72,7 @@ async fn run_count_through(plan: FaultPlan, n: u64, config: ClientConfig) -> Cou
 #[tokio::test]
 async fn count_arrives_once_in_order_across_repeated_cuts_during_replay() {
     let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1500));
-    let counters = run_count_through(plan, 400, fast_config()).await;
+    let counters = run_count_through(plan, 400, fast_config(Duration::from_millis(50))).await;
     assert!(
         counters.cuts >= 3,
         "too few cuts to prove anything: {counters:?}"
@@ -134,7 +87,7 @@ async fn count_arrives_once_in_order_with_mixed_faults_anywhere_in_the_stream() 
         .with_cut(ByteFault::after(5000).with_jitter(3500))
         .with_reset(ByteFault::after(5000).with_jitter(3500))
         .with_truncate(TruncateFault::after_events(16).with_jitter(14));
-    let counters = run_count_through(plan, 1500, fast_config()).await;
+    let counters = run_count_through(plan, 1500, fast_config(Duration::from_millis(50))).await;
     let faults = counters.cuts + counters.resets + counters.truncations;
     assert!(faults >= 5, "{counters:?}");
 }
@@ -143,7 +96,7 @@ async fn count_arrives_once_in_order_with_mixed_faults_anywhere_in_the_stream() 
 #[tokio::test]
 async fn count_arrives_once_in_order_across_resets() {
     let plan = FaultPlan::pass_through().with_reset(ByteFault::after(3000).with_jitter(1500));
-    let counters = run_count_through(plan, 300, fast_config()).await;
+    let counters = run_count_through(plan, 300, fast_config(Duration::from_millis(50))).await;
     assert!(counters.resets > 0, "{counters:?}");
 }
 
@@ -153,7 +106,7 @@ async fn count_arrives_once_in_order_across_resets() {
 async fn truncation_mid_event_discards_the_partial_event_and_resumes() {
     let plan =
         FaultPlan::pass_through().with_truncate(TruncateFault::after_events(12).with_jitter(6));
-    let counters = run_count_through(plan, 300, fast_config()).await;
+    let counters = run_count_through(plan, 300, fast_config(Duration::from_millis(50))).await;
     assert!(counters.truncations > 0, "{counters:?}");
 }
 
@@ -163,7 +116,7 @@ async fn truncation_mid_event_discards_the_partial_event_and_resumes() {
 #[tokio::test]
 async fn stalled_stream_is_detected_by_the_idle_timeout_and_resumed() {
     let plan = FaultPlan::pass_through().with_stall(ByteFault::after(3000).at_most(2), None);
-    let mut config = fast_config();
+    let mut config = fast_config(Duration::from_millis(50));
     config.reconnect.idle_timeout = Duration::from_millis(400);
     let start = Instant::now();
     let counters = run_count_through(plan, 300, config).await;
@@ -175,12 +128,12 @@ async fn stalled_stream_is_detected_by_the_idle_timeout_and_resumed() {
 /// budget's bounds instead of hanging.
 #[tokio::test]
 async fn refused_reconnects_exhaust_the_budget_and_fail_the_call() {
-    let server = start_server().await;
+    let server = start_demo_server().await;
     // Every connection is cut after 4 KB, which only the POST stream reaches; once the call
     // is under way, every new connection is refused.
     let plan = FaultPlan::pass_through().with_cut(ByteFault::after(4000));
     let proxy = FaultProxy::start(server.addr, plan).await.unwrap();
-    let mut config = fast_config();
+    let mut config = fast_config(Duration::from_millis(50));
     config.reconnect.budget = Budget {
         max_attempts: 3,
         max_elapsed: Duration::from_secs(10),
@@ -218,14 +171,14 @@ async fn refused_reconnects_exhaust_the_budget_and_fail_the_call() {
 /// moved past (or acked), and the last token names the result's event.
 #[tokio::test]
 async fn resumption_tokens_follow_commits_not_receipts() {
-    let server = start_server().await;
+    let server = start_demo_server().await;
     let tokens: Arc<Mutex<Vec<ResumptionToken>>> = Arc::default();
     let seen = Arc::clone(&tokens);
     let config = ClientConfig {
         on_resumption_token: Some(Arc::new(move |token: &ResumptionToken| {
             seen.lock().unwrap().push(token.clone());
         })),
-        ..fast_config()
+        ..fast_config(Duration::from_millis(50))
     };
     let url = format!("http://{}/mcp", server.addr);
     let client = Client::connect(&url, config).await.unwrap();

@@ -1,53 +1,19 @@
 //! The client's session handling against real tether servers: a server restart (memory
 //! store) during a call, servers without GET streams (405), JSON answers, DELETE on close.
 
+mod client_support;
+use client_support::{count_params, fast_config, start_server};
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tether::client::{Client, ClientConfig, ClientEvent, ClientEvents, Error};
 use tether::demo::DemoHandler;
-use tether::proto::backoff::BackoffConfig;
 use tether::proto::jsonrpc::{Message, Response};
-use tether::proto::reconnect::ReconnectConfig;
-use tether::server::{Server, ServerConfig};
+use tether::server::ServerConfig;
 use tether_testkit::launcher::ServerSpec;
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-
-fn fast_config() -> ClientConfig {
-    ClientConfig {
-        reconnect: ReconnectConfig {
-            backoff: BackoffConfig {
-                base: Duration::from_millis(100),
-                cap: Duration::from_millis(500),
-                ..BackoffConfig::default()
-            },
-            ..ReconnectConfig::default()
-        },
-        ..ClientConfig::default()
-    }
-}
-
-fn count_params(n: u64, interval_ms: u64) -> Option<Value> {
-    Some(json!({
-        "name": "count",
-        "arguments": {"n": n, "interval_ms": interval_ms},
-        "_meta": {"progressToken": "p"},
-    }))
-}
-
-async fn start_server(config: ServerConfig) -> (std::net::SocketAddr, oneshot::Sender<()>) {
-    let server = Server::with_memory_stores(config, Arc::new(DemoHandler::new()));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
-    (addr, stop)
-}
 
 fn result_text(response: &Response) -> String {
     match response {
@@ -79,7 +45,9 @@ async fn server_restart_during_a_call_expires_it_and_the_client_reinitializes() 
         .unwrap()
         .args(["--store", "memory", "--retry-ms", "100"]);
     let mut server = spec.start().await.unwrap();
-    let client = Client::connect(server.url(), fast_config()).await.unwrap();
+    let client = Client::connect(server.url(), fast_config(Duration::from_millis(100)))
+        .await
+        .unwrap();
     let old_session = client.session_id();
     assert!(old_session.is_some());
     let mut events = client.events();
@@ -144,12 +112,16 @@ async fn without_get_streams_a_cut_call_is_not_resumable() {
         retry: Duration::from_millis(50),
         ..ServerConfig::default()
     };
-    let (addr, _stop) = start_server(config).await;
+    let server = start_server(config, Arc::new(DemoHandler::new())).await;
+    let addr = server.addr;
     let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).at_most(1));
     let proxy = FaultProxy::start(addr, plan).await.unwrap();
-    let client = Client::connect(&proxy.url_for("/mcp"), fast_config())
-        .await
-        .unwrap();
+    let client = Client::connect(
+        &proxy.url_for("/mcp"),
+        fast_config(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
     let mut stream = client
         .request("tools/call", count_params(1000, 0))
         .await
@@ -186,7 +158,8 @@ async fn json_answers_and_the_standalone_stream() {
         json_response: true,
         ..ServerConfig::default()
     };
-    let (addr, _stop) = start_server(config).await;
+    let server = start_server(config, Arc::new(DemoHandler::new())).await;
+    let addr = server.addr;
     let client = Client::connect(&format!("http://{addr}/mcp"), ClientConfig::default())
         .await
         .unwrap();
@@ -227,7 +200,8 @@ async fn json_answers_and_the_standalone_stream() {
 /// client's session is gone from the server (a fresh request on a new client still works).
 #[tokio::test]
 async fn close_deletes_the_session() {
-    let (addr, _stop) = start_server(ServerConfig::default()).await;
+    let server = start_server(ServerConfig::default(), Arc::new(DemoHandler::new())).await;
+    let addr = server.addr;
     let url = format!("http://{addr}/mcp");
     let client = Client::connect(&url, ClientConfig::default())
         .await

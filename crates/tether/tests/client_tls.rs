@@ -10,6 +10,9 @@
 //! workspace forbids): those tests run their client in a child process (this test binary,
 //! re-run on [`child_client`] alone) with the variables set on that child only.
 
+mod client_support;
+use client_support::drain;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,9 +24,8 @@ use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use serde_json::{Value, json};
-use tether::client::{Client, ClientConfig, Error, MessageStream};
+use tether::client::{Client, ClientConfig, Error};
 use tether::demo::DemoHandler;
-use tether::proto::jsonrpc::{Message, Response};
 use tether::server::{Server, ServerConfig};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -60,32 +62,6 @@ fn count_params(n: u64) -> Option<Value> {
         "arguments": {"n": n, "interval_ms": 0},
         "_meta": {"progressToken": "p"},
     }))
-}
-
-/// Reads a stream to its end: the progress values, the result text, or the first error.
-async fn drain(mut stream: MessageStream) -> (Vec<u64>, Result<String, Error>) {
-    let mut progress = Vec::new();
-    let mut result = Err(Error::Protocol("no result".to_owned()));
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(Message::Notification(note)) => {
-                progress.push(
-                    note.params.unwrap_or_default()["progress"]
-                        .as_u64()
-                        .unwrap(),
-                );
-            }
-            Ok(Message::Response(Response::Result(r))) => {
-                result = Ok(r.result["content"][0]["text"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned());
-            }
-            Ok(other) => panic!("unexpected {other:?}"),
-            Err(error) => return (progress, Err(error)),
-        }
-    }
-    (progress, result)
 }
 
 /// Connects, runs `count` with progress, checks every progress and the result, closes.

@@ -1,0 +1,112 @@
+//! Shared by the `client_*` integration tests: an in-process tether server on `127.0.0.1:0`
+//! (stopped when dropped), a client configuration that backs off quickly, and the `count`
+//! call's parameters and reading.
+
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tether::client::{ClientConfig, Error, MessageStream};
+use tether::demo::DemoHandler;
+use tether::proto::backoff::BackoffConfig;
+use tether::proto::jsonrpc::{Message, Response};
+use tether::proto::reconnect::ReconnectConfig;
+use tether::server::{Handler, Server, ServerConfig};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// The server's `retry` in these tests: short, so that a test with dozens of cuts takes a
+/// second or two.
+pub const RETRY: Duration = Duration::from_millis(50);
+
+/// A tether server running in this process; it stops when dropped.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+impl TestServer {
+    /// The MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+/// The demo server (`count`, `echo`) with `retry` = [`RETRY`].
+pub async fn start_demo_server() -> TestServer {
+    start_server(demo_config(), Arc::new(DemoHandler::new())).await
+}
+
+/// The server configuration of [`start_demo_server`], to adjust.
+pub fn demo_config() -> ServerConfig {
+    ServerConfig {
+        retry: RETRY,
+        ..ServerConfig::default()
+    }
+}
+
+/// `handler` served with `config` and memory stores.
+pub async fn start_server(config: ServerConfig, handler: Arc<dyn Handler>) -> TestServer {
+    let server = Server::with_memory_stores(config, handler);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    TestServer { addr, _stop: stop }
+}
+
+/// A client that backs off from `base` up to 500 ms, so reconnect-heavy tests stay short.
+pub fn fast_config(base: Duration) -> ClientConfig {
+    ClientConfig {
+        reconnect: ReconnectConfig {
+            backoff: BackoffConfig {
+                base,
+                cap: Duration::from_millis(500),
+                ..BackoffConfig::default()
+            },
+            ..ReconnectConfig::default()
+        },
+        ..ClientConfig::default()
+    }
+}
+
+/// `tools/call` parameters for `count` with progress token `"p"`.
+pub fn count_params(n: u64, interval_ms: u64) -> Option<Value> {
+    Some(json!({
+        "name": "count",
+        "arguments": {"n": n, "interval_ms": interval_ms},
+        "_meta": {"progressToken": "p"},
+    }))
+}
+
+/// Reads a `count` stream to its end: the progress values, the result text, or the first
+/// error.
+pub async fn drain(mut stream: MessageStream) -> (Vec<u64>, Result<String, Error>) {
+    let mut progress = Vec::new();
+    let mut result = Err(Error::Protocol("no result".to_owned()));
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(Message::Notification(note)) => {
+                progress.push(
+                    note.params.unwrap_or_default()["progress"]
+                        .as_u64()
+                        .unwrap(),
+                );
+            }
+            Ok(Message::Response(Response::Result(r))) => {
+                result = Ok(r.result["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned());
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(error) => return (progress, Err(error)),
+        }
+    }
+    (progress, result)
+}
