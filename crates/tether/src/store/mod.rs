@@ -28,6 +28,7 @@
 //!    would exceed them the store evicts the session's oldest events (completed streams first)
 //!    and readers that still needed them get `Expired`.
 
+mod frame;
 pub mod memory;
 #[cfg(any(test, feature = "testing"))]
 pub mod suite;

@@ -16,14 +16,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tether_proto::ids::{EventId, SessionId, StreamId};
-use tether_sse::EventFrame;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{MemoryStoreConfig, guard};
+use crate::store::frame;
 use crate::store::{
     EventStore, ReadBatch, SessionUsage, StoreError, StoredEvent, StreamKind, StreamOwner,
 };
@@ -168,7 +168,7 @@ impl EventStore for MemoryEventStore {
     }
 
     async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError> {
-        let message = validate(message)?;
+        let message = frame::validate(message)?;
         let shared = &*self.shared;
         let Some(shard) = shared.shard_of(stream) else {
             return Err(shared.gone_for_writer(stream));
@@ -297,20 +297,6 @@ impl EventStore for MemoryEventStore {
         let usage = shared.lock(&shard, Instant::now()).state.usage;
         Ok(usage)
     }
-}
-
-/// Checks that `message` fits in one `data:` line and returns it as text.
-fn validate(message: &[u8]) -> Result<&str, StoreError> {
-    if message.is_empty() {
-        // Empty data is the priming event's mark; a client skips it.
-        return Err(StoreError::InvalidMessage("empty"));
-    }
-    // The encoder would split a message at CR or LF over several `data:` lines, which a reader
-    // joins with LF: the client would get a different message than the one stored.
-    if message.iter().any(|&b| b == b'\r' || b == b'\n') {
-        return Err(StoreError::InvalidMessage("contains a line break"));
-    }
-    std::str::from_utf8(message).map_err(|_| StoreError::InvalidMessage("not UTF-8"))
 }
 
 /// State shared by a store and its sweeper task.
@@ -688,31 +674,17 @@ struct Slot {
 }
 
 impl Slot {
-    /// `event: message`, `id`, one `data` line, blank line.
+    /// A message's frame; `message` has passed [`frame::validate`].
     fn message(id: EventId, message: &str) -> Self {
-        let id = id.to_string();
-        let frame = EventFrame::with_data(message).event("message").id(&id);
-        Self::encode(frame, message.len())
+        let frame = frame::message_frame(id, message);
+        let data_at = frame.len() - 2 - message.len();
+        Self { frame, data_at }
     }
 
-    /// `id`, `retry` and empty `data`, which a client dispatches as an event with empty data
-    /// and so takes its id as the cursor (MCP 2025-11-25 priming event).
+    /// The stream's priming event.
     fn priming(stream: StreamId, retry: Duration) -> Self {
-        let retry_ms = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX);
-        let id = EventId::priming(stream).to_string();
-        let frame = EventFrame::with_data("").id(&id).retry(retry_ms);
-        Self::encode(frame, 0)
-    }
-
-    fn encode(frame: EventFrame<'_>, data_len: usize) -> Self {
-        let mut buf = BytesMut::new();
-        frame
-            .encode_into(&mut buf)
-            .expect("event ids and the event type hold no line break or nul");
-        let frame = buf.freeze();
-        // The data line comes last: `data: <json>\n` then the blank line's `\n`.
-        let data_at = frame.len() - 2 - data_len;
-        debug_assert_eq!(&frame[data_at - 6..data_at], b"data: ");
+        let frame = frame::priming_frame(stream, retry);
+        let data_at = frame.len() - 2;
         Self { frame, data_at }
     }
 
