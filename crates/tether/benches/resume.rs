@@ -24,6 +24,10 @@
 //! - `store/{append,read_after}`: [`MemoryEventStore`] alone, no HTTP: 100 000 appends of
 //!   pre-serialized progress messages, and reading them back in the writer's batch size, to
 //!   tell store cost from HTTP cost.
+//! - `store/{sqlite_append_concurrent,sqlite_read_after}` (with feature `sqlite`): the same on
+//!   `SqliteEventStore` over a temporary file, the appends from 50 concurrent tasks (one stream
+//!   each), so the writer thread's group commit shares transactions between them. The summary
+//!   prints both backends on one line.
 //!
 //! The measuring client is reqwest (hyper, as fast as HTTP clients in the dependency graph
 //! get) feeding tether's own [`tether::sse::Decoder`], on its own current-thread runtime; the
@@ -636,6 +640,157 @@ impl StoredStream {
     }
 }
 
+/// The same store-alone scenarios on [`tether::store::SqliteEventStore`], on a temporary file:
+/// appends from [`sqlite_store::APPENDERS`] concurrent tasks (one stream each, so the writer
+/// thread's group commit shares transactions between them), and reading a completed
+/// `EVENTS`-event stream back in the writer's batch size.
+#[cfg(feature = "sqlite")]
+mod sqlite_store {
+    use std::hint::black_box;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use tether::proto::ids::StreamId;
+    use tether::store::sqlite::{self, SqliteStoreConfig};
+    use tether::store::{EventStore, SqliteEventStore, StreamKind, StreamOwner};
+    use tokio::runtime::Runtime;
+
+    use super::{EVENTS, READ_BATCH, SESSION_BYTE_CAP, SESSION_EVENT_CAP, owner};
+
+    /// Concurrent appending tasks, each on its own stream.
+    pub(super) const APPENDERS: usize = 50;
+
+    pub(super) struct SqliteBench {
+        rt: Runtime,
+        dir: tempfile::TempDir,
+        /// The store holding the completed stream that reads replay.
+        store: Arc<SqliteEventStore>,
+        owner: StreamOwner,
+        stream: StreamId,
+    }
+
+    fn open(dir: &std::path::Path, name: &str) -> SqliteEventStore {
+        sqlite::open(SqliteStoreConfig {
+            max_events_per_session: SESSION_EVENT_CAP,
+            max_bytes_per_session: SESSION_BYTE_CAP,
+            ..SqliteStoreConfig::new(dir.join(name))
+        })
+        .expect("open sqlite store")
+        .0
+    }
+
+    impl SqliteBench {
+        pub(super) fn new(messages: &[Vec<u8>]) -> Self {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .build()
+                .expect("sqlite runtime");
+            let dir = tempfile::TempDir::new().expect("temp dir");
+            let store = Arc::new(open(dir.path(), "replay.db"));
+            let owner = owner();
+            let stream = rt.block_on(async {
+                let stream = store
+                    .create_stream(&owner, StreamKind::Request, Duration::from_secs(1))
+                    .await
+                    .expect("stream");
+                // Filled concurrently in chunks, so setup does not take one commit per event.
+                for chunk in messages.chunks(1000) {
+                    let appends = chunk.iter().map(|message| store.append(stream, message));
+                    for id in futures_util::future::join_all(appends).await {
+                        id.expect("append");
+                    }
+                }
+                store.complete(stream).await.expect("complete");
+                stream
+            });
+            Self {
+                rt,
+                dir,
+                store,
+                owner,
+                stream,
+            }
+        }
+
+        /// `EVENTS` appends from `APPENDERS` tasks into a fresh database; the time of the
+        /// appends alone.
+        pub(super) fn append(&self, messages: &[Vec<u8>]) -> Duration {
+            let _ = std::fs::remove_file(self.dir.path().join("append.db"));
+            let _ = std::fs::remove_file(self.dir.path().join("append.db-wal"));
+            let _ = std::fs::remove_file(self.dir.path().join("append.db-shm"));
+            let store = Arc::new(open(self.dir.path(), "append.db"));
+            let messages: Arc<Vec<Vec<u8>>> = Arc::new(messages.to_vec());
+            let per_task = messages.len() / APPENDERS;
+            let elapsed = self.rt.block_on(async {
+                let mut streams = Vec::new();
+                for _ in 0..APPENDERS {
+                    let owner = owner();
+                    let stream = store
+                        .create_stream(&owner, StreamKind::Request, Duration::from_secs(1))
+                        .await
+                        .expect("stream");
+                    streams.push((owner, stream));
+                }
+                let start = Instant::now();
+                let tasks: Vec<_> = streams
+                    .iter()
+                    .enumerate()
+                    .map(|(task, (_, stream))| {
+                        let store = Arc::clone(&store);
+                        let messages = Arc::clone(&messages);
+                        let stream = *stream;
+                        tokio::spawn(async move {
+                            for message in &messages[task * per_task..(task + 1) * per_task] {
+                                black_box(store.append(stream, message).await.expect("append"));
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.expect("appender");
+                }
+                let elapsed = start.elapsed();
+                let mut events = 0;
+                for (owner, _) in &streams {
+                    events += store.usage(&owner.session).await.expect("usage").events;
+                }
+                assert_eq!(events as u64, EVENTS + APPENDERS as u64);
+                elapsed
+            });
+            drop(store);
+            elapsed
+        }
+
+        /// Reads the completed stream after seq 0 in the writer's batch size.
+        pub(super) fn read_all(&self) -> Duration {
+            self.rt.block_on(async {
+                let start = Instant::now();
+                let mut cursor = 0;
+                let mut events = 0;
+                loop {
+                    let batch = self
+                        .store
+                        .read_after(&self.owner, self.stream, cursor, READ_BATCH)
+                        .await
+                        .expect("read");
+                    for event in &batch.events {
+                        assert_eq!(event.id.seq, cursor + 1);
+                        cursor = event.id.seq;
+                        black_box(&event.frame);
+                    }
+                    events += batch.events.len() as u64;
+                    if batch.complete {
+                        break;
+                    }
+                }
+                let elapsed = start.elapsed();
+                assert_eq!(events, EVENTS);
+                elapsed
+            })
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Statistics
 
@@ -680,6 +835,8 @@ struct StoreBench {
     rt: Runtime,
     messages: Vec<Vec<u8>>,
     stored: StoredStream,
+    #[cfg(feature = "sqlite")]
+    sqlite: sqlite_store::SqliteBench,
 }
 
 impl StoreBench {
@@ -689,10 +846,14 @@ impl StoreBench {
             .expect("store runtime");
         let messages = progress_messages();
         let stored = StoredStream::new(&rt, &messages);
+        #[cfg(feature = "sqlite")]
+        let sqlite = sqlite_store::SqliteBench::new(&messages);
         Self {
             rt,
             messages,
             stored,
+            #[cfg(feature = "sqlite")]
+            sqlite,
         }
     }
 
@@ -716,6 +877,19 @@ fn criterion_groups(criterion: &mut Criterion, fixture: &Fixture, store: &StoreB
     group.bench_function("read_after", |b| {
         b.iter_custom(|iters| (0..iters).map(|_| store.read_all()).sum());
     });
+    #[cfg(feature = "sqlite")]
+    {
+        group.bench_function("sqlite_append_concurrent", |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| store.sqlite.append(&store.messages))
+                    .sum()
+            });
+        });
+        group.bench_function("sqlite_read_after", |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| store.sqlite.read_all()).sum());
+        });
+    }
     group.finish();
 
     let mut group = criterion.benchmark_group("http");
@@ -788,11 +962,23 @@ fn print_summary(fixture: &Fixture, store: &StoreBench) {
         ms(percentile(&mut near_end, 90)),
         ms(percentile(&mut near_end, 99)),
     );
-    println!(
-        "store alone: append {:.0} events/s | read_after {:.0} events/s",
+    #[allow(unused_mut)]
+    let mut store_line = format!(
+        "store memory: append {:.0}/s read {:.0}/s",
         per_second(EVENTS, append),
         per_second(EVENTS, read),
     );
+    #[cfg(feature = "sqlite")]
+    {
+        let append = median_of(SUMMARY_RUNS, |_| store.sqlite.append(&store.messages));
+        let read = median_of(SUMMARY_RUNS, |_| store.sqlite.read_all());
+        store_line.push_str(&format!(
+            " | store sqlite: append {:.0}/s (concurrent, group commit) read {:.0}/s",
+            per_second(EVENTS, append),
+            per_second(EVENTS, read),
+        ));
+    }
+    println!("{store_line}");
     println!(
         "client check, read without decoding: first delivery {bytes_first_rate:.0} events/s | replay {bytes_replay_rate:.0} events/s | ratio {:.2}x | decoder alone {:.0} events/s | test-kit raw reader: first delivery {:.0} events/s, replay {:.0} events/s",
         bytes_replay_rate / bytes_first_rate,

@@ -30,6 +30,8 @@
 
 mod frame;
 pub mod memory;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 #[cfg(any(test, feature = "testing"))]
 pub mod suite;
 
@@ -40,6 +42,10 @@ use bytes::Bytes;
 use tether_proto::ids::{EventId, SessionId, StreamId};
 
 pub use memory::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{
+    Durability, SqliteEventStore, SqliteOpenError, SqliteSessionStore, SqliteStoreConfig,
+};
 
 /// The principal of requests made without authentication.
 pub const ANONYMOUS_PRINCIPAL: &str = "default";

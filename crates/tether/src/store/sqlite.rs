@@ -1,0 +1,1469 @@
+//! The SQLite backend: events and sessions in one database file, surviving a restart.
+//!
+//! It owns the schema, the single writer thread with its group commit, the read-only
+//! connection pool, retention and compaction of the file, and the in-process wake-ups of
+//! [`EventStore::wait_for_more`]. It does not share streams between processes: the watch
+//! channels that wake waiters live in this process, so two servers on one file would not wake
+//! each other's readers (sharing streams between nodes is the Redis backend's job). Open a
+//! file from one store at a time: the writer thread keeps counters in memory that a second
+//! writer on the same file would invalidate.
+//!
+//! # Layout
+//!
+//! - `events(stream, seq, frame)`, primary key `(stream, seq)` (the index every read uses):
+//!   the SSE frames, encoded once at append exactly as [`MemoryEventStore`] encodes them.
+//! - `streams(stream, principal, session, kind, first_seq, completed_at)`: owner and state of
+//!   each stream; `first_seq` is the oldest seq still stored (or the next seq when none is).
+//! - `tombstones(stream, principal, session)`: streams removed by retention or by a cap, so a
+//!   reader hears `Expired` rather than `UnknownStream`; bounded by `max_tombstones`.
+//! - `sessions(id, version, principal, standalone, last_seen)`: the [`SessionStore`] records.
+//!
+//! # Writes: one thread, group commit
+//!
+//! Every write (append, create, complete, removal, session changes) is a command sent to one
+//! writer thread owning the read-write connection. The thread takes every command waiting,
+//! applies them all in one transaction, commits, wakes waiters, and only then answers each
+//! caller: an append returns only once its transaction committed (invariant 2), and many
+//! concurrent appends share one commit, so throughput does not fall to one sync per event.
+//! The thread keeps a mirror of each stream's and session's counters, so appends and cap
+//! checks need no reads. Between batches (and when idle) it deletes completed streams past
+//! retention, a bounded number at a time, leaving tombstones, then returns a bounded number
+//! of free pages to the file system (`auto_vacuum = INCREMENTAL`, set when the file is
+//! created).
+//!
+//! # Reads
+//!
+//! Reads run on `spawn_blocking` with read-only connections from a small pool; WAL lets them
+//! run beside the writer. A read checks retention itself, so a stream past retention reads as
+//! `Expired` even before the writer has deleted it.
+//!
+//! [`MemoryEventStore`]: super::MemoryEventStore
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use tether_proto::ids::{EventId, SessionId, StreamId};
+use tether_proto::version::ProtocolVersion;
+use tokio::sync::{oneshot, watch};
+
+use super::frame;
+use super::memory::MemoryStoreConfig;
+use super::{
+    EventStore, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError, StoredEvent,
+    StreamKind, StreamOwner,
+};
+
+/// How SQLite syncs commits to disk (`PRAGMA synchronous`, always in WAL mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous = NORMAL`: a commit survives a crash of the process (the WAL is written
+    /// before append returns), but the last transactions before a power loss or OS crash may
+    /// be lost; the database itself stays consistent. Syncs only at checkpoints: fast.
+    #[default]
+    Normal,
+    /// `synchronous = FULL`: every commit is synced to disk before append returns, so it
+    /// survives power loss too. One sync per group commit (not per event).
+    Full,
+}
+
+/// Where and how a SQLite store keeps its data. The bounds mean exactly what they mean for
+/// [`MemoryStoreConfig`], and default to its values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteStoreConfig {
+    /// The database file; created if missing.
+    pub path: PathBuf,
+    /// See [`MemoryStoreConfig::retention`]. Measured on the wall clock, so it runs on across
+    /// restarts.
+    pub retention: Duration,
+    /// See [`MemoryStoreConfig::max_events_per_session`].
+    pub max_events_per_session: usize,
+    /// See [`MemoryStoreConfig::max_bytes_per_session`].
+    pub max_bytes_per_session: usize,
+    /// See [`MemoryStoreConfig::max_streams_per_session`].
+    pub max_streams_per_session: usize,
+    /// See [`MemoryStoreConfig::max_tombstones`].
+    pub max_tombstones: usize,
+    /// How commits reach the disk; see [`Durability`].
+    pub durability: Durability,
+}
+
+impl SqliteStoreConfig {
+    /// The defaults of [`MemoryStoreConfig`], with `synchronous = NORMAL`, at `path`.
+    #[must_use]
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            retention: MemoryStoreConfig::DEFAULT_RETENTION,
+            max_events_per_session: MemoryStoreConfig::DEFAULT_MAX_EVENTS_PER_SESSION,
+            max_bytes_per_session: MemoryStoreConfig::DEFAULT_MAX_BYTES_PER_SESSION,
+            max_streams_per_session: MemoryStoreConfig::DEFAULT_MAX_STREAMS_PER_SESSION,
+            max_tombstones: MemoryStoreConfig::DEFAULT_MAX_TOMBSTONES,
+            durability: Durability::Normal,
+        }
+    }
+}
+
+/// Why a SQLite store could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqliteOpenError {
+    /// The file exists but is not a SQLite database (or is encrypted or corrupt).
+    #[error("{} is not a SQLite database", path.display())]
+    NotADatabase {
+        /// The file.
+        path: PathBuf,
+    },
+    /// SQLite refused to open the file or set it up.
+    #[error("cannot open SQLite store {}: {source}", path.display())]
+    Sqlite {
+        /// The file.
+        path: PathBuf,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// The writer thread could not be started.
+    #[error("cannot start the SQLite writer thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// Opens (creating if needed) the database at `config.path` and returns its event store and
+/// session store, which share the file and the writer thread.
+///
+/// # Errors
+///
+/// [`SqliteOpenError::NotADatabase`] for a file that is not a database; other errors when
+/// SQLite cannot open or set up the file.
+pub fn open(
+    config: SqliteStoreConfig,
+) -> Result<(SqliteEventStore, SqliteSessionStore), SqliteOpenError> {
+    let config = SqliteStoreConfig {
+        max_events_per_session: config.max_events_per_session.max(1),
+        max_bytes_per_session: config.max_bytes_per_session.max(1),
+        max_streams_per_session: config.max_streams_per_session.max(1),
+        ..config
+    };
+    let path = config.path.clone();
+    let fail = |source: rusqlite::Error| match source.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => {
+            SqliteOpenError::NotADatabase { path: path.clone() }
+        }
+        _ => SqliteOpenError::Sqlite {
+            path: path.clone(),
+            source,
+        },
+    };
+    let conn = open_writer(&config).map_err(fail)?;
+    let shared = Arc::new(Shared {
+        progress: Mutex::default(),
+        transactions: AtomicU64::new(0),
+    });
+    let mut writer = Writer {
+        conn,
+        config: config.clone(),
+        shared: Arc::clone(&shared),
+        streams: HashMap::new(),
+        sessions: HashMap::new(),
+        touched: Vec::new(),
+    };
+    writer.reload().map_err(fail)?;
+    writer.publish_all();
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("tether-sqlite-writer".into())
+        .spawn(move || writer.run(&rx))?;
+    let inner = Arc::new(Inner {
+        config,
+        tx: Mutex::new(Some(tx)),
+        thread: Mutex::new(Some(thread)),
+        readers: Mutex::default(),
+        shared,
+    });
+    Ok((
+        SqliteEventStore {
+            inner: Arc::clone(&inner),
+        },
+        SqliteSessionStore { inner },
+    ))
+}
+
+fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        &config.path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    // The first statement that reads the file: a file that is not a database fails here.
+    // `auto_vacuum` takes effect only on a new file, before WAL mode writes its header.
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+    let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    let synchronous = match config.durability {
+        Durability::Normal => "NORMAL",
+        Durability::Full => "FULL",
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = {synchronous};
+         CREATE TABLE IF NOT EXISTS streams (
+             stream TEXT PRIMARY KEY NOT NULL,
+             principal TEXT NOT NULL,
+             session TEXT NOT NULL,
+             kind INTEGER NOT NULL,
+             first_seq INTEGER NOT NULL,
+             completed_at INTEGER
+         );
+         CREATE INDEX IF NOT EXISTS streams_by_session ON streams (session);
+         CREATE TABLE IF NOT EXISTS events (
+             stream TEXT NOT NULL,
+             seq INTEGER NOT NULL,
+             frame BLOB NOT NULL,
+             PRIMARY KEY (stream, seq)
+         );
+         CREATE TABLE IF NOT EXISTS tombstones (
+             stream TEXT PRIMARY KEY NOT NULL,
+             principal TEXT NOT NULL,
+             session TEXT NOT NULL
+         );
+         CREATE INDEX IF NOT EXISTS tombstones_by_session ON tombstones (session);
+         CREATE TABLE IF NOT EXISTS sessions (
+             id TEXT PRIMARY KEY NOT NULL,
+             version TEXT NOT NULL,
+             principal TEXT NOT NULL,
+             standalone TEXT NOT NULL,
+             last_seen INTEGER NOT NULL
+         );"
+    ))?;
+    Ok(conn)
+}
+
+fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(conn)
+}
+
+/// Milliseconds since the Unix epoch: retention and idle expiry survive restarts.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn unavailable(error: impl fmt::Display) -> StoreError {
+    StoreError::Unavailable(error.to_string())
+}
+
+/// Most read-only connections kept for reuse.
+const MAX_IDLE_READERS: usize = 8;
+
+/// Most commands applied in one transaction.
+const MAX_BATCH: usize = 4096;
+
+/// Most free pages (4 KiB each) returned to the file system per sweep.
+const VACUUM_PAGES: usize = 1024;
+
+/// Most expired streams deleted between two batches, so appends never wait long for it.
+const SWEEP_LIMIT: usize = 256;
+
+/// State of a store open in this process, shared by its two halves.
+struct Inner {
+    config: SqliteStoreConfig,
+    tx: Mutex<Option<mpsc::Sender<Command>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    readers: Mutex<Vec<Connection>>,
+    shared: Arc<Shared>,
+}
+
+/// What the writer thread publishes to the async side.
+struct Shared {
+    /// One watch per stream the writer holds: updated after each commit, dropped with the
+    /// stream (which ends every wait on it).
+    progress: Mutex<HashMap<StreamId, watch::Sender<Progress>>>,
+    /// Transactions committed.
+    transactions: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer after the commands already sent; joining it
+        // means a reopen of the same file sees everything acknowledged.
+        drop(guard(&self.tx).take());
+        if let Some(thread) = guard(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn guard<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Inner {
+    /// Sends a command to the writer and waits for its answer (after commit).
+    async fn write<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        {
+            let tx = guard(&self.tx);
+            let tx = tx.as_ref().ok_or_else(|| unavailable("store closed"))?;
+            tx.send(make(reply))
+                .map_err(|_| unavailable("writer thread stopped"))?;
+        }
+        answer
+            .await
+            .map_err(|_| unavailable("writer thread stopped"))?
+    }
+
+    /// Runs `f` on a pooled read-only connection on the blocking pool.
+    async fn read<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut Connection, &SqliteStoreConfig) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let pooled = guard(&inner.readers).pop();
+            let mut conn = match pooled {
+                Some(conn) => conn,
+                None => open_reader(&inner.config.path).map_err(unavailable)?,
+            };
+            let result = f(&mut conn, &inner.config);
+            let mut readers = guard(&inner.readers);
+            if readers.len() < MAX_IDLE_READERS {
+                readers.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(unavailable)?
+    }
+}
+
+/// The SQLite [`EventStore`]. Cheap to share behind an `Arc`; dropping the last handle (this
+/// and its [`SqliteSessionStore`]) stops the writer thread after its pending commands.
+pub struct SqliteEventStore {
+    inner: Arc<Inner>,
+}
+
+/// The SQLite [`SessionStore`], sharing its event store's file and writer thread. Idle expiry
+/// is measured on the wall clock (so it runs on across restarts), not tokio's.
+pub struct SqliteSessionStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for SqliteEventStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteEventStore")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for SqliteSessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteSessionStore")
+            .field("path", &self.inner.config.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteEventStore {
+    /// The configuration this store runs with (caps below 1 raised to 1).
+    #[must_use]
+    pub fn config(&self) -> &SqliteStoreConfig {
+        &self.inner.config
+    }
+
+    /// How many write transactions the writer thread has committed since the store opened:
+    /// with concurrent appenders, far fewer than appends (group commit).
+    #[must_use]
+    pub fn transactions(&self) -> u64 {
+        self.inner.shared.transactions.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl EventStore for SqliteEventStore {
+    async fn create_stream(
+        &self,
+        owner: &StreamOwner,
+        kind: StreamKind,
+        retry: Duration,
+    ) -> Result<StreamId, StoreError> {
+        let owner = owner.clone();
+        self.inner
+            .write(|reply| Command::CreateStream {
+                owner,
+                kind,
+                retry,
+                reply,
+            })
+            .await
+    }
+
+    async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError> {
+        let message = frame::validate(message)?.to_owned();
+        self.inner
+            .write(|reply| Command::Append {
+                stream,
+                message,
+                reply,
+            })
+            .await
+    }
+
+    async fn complete(&self, stream: StreamId) -> Result<(), StoreError> {
+        self.inner
+            .write(|reply| Command::Complete { stream, reply })
+            .await
+    }
+
+    async fn read_after(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        after: u64,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        let owner = owner.clone();
+        self.inner
+            .read(move |conn, config| {
+                read(conn, config, &owner, stream, after.checked_add(1), limit)
+            })
+            .await
+    }
+
+    async fn read_from_start(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        let owner = owner.clone();
+        self.inner
+            .read(move |conn, config| {
+                read(
+                    conn,
+                    config,
+                    &owner,
+                    stream,
+                    Some(EventId::PRIMING_SEQ),
+                    limit,
+                )
+            })
+            .await
+    }
+
+    /// Returns `Ok(())` at once for a stream that is unknown or gone, as the memory store does.
+    async fn wait_for_more(&self, stream: StreamId, after: u64) -> Result<(), StoreError> {
+        // Subscribed under the lock the writer publishes under, and `wait_for` checks the
+        // current value first: nothing committed before or after this point is missed.
+        let receiver = guard(&self.inner.shared.progress)
+            .get(&stream)
+            .map(watch::Sender::subscribe);
+        let Some(mut receiver) = receiver else {
+            return Ok(());
+        };
+        let _ = receiver
+            .wait_for(|progress| progress.satisfies(after))
+            .await;
+        Ok(())
+    }
+
+    async fn remove_session(&self, session: &SessionId) -> Result<(), StoreError> {
+        let session = session.clone();
+        self.inner
+            .write(|reply| Command::RemoveSession { session, reply })
+            .await
+    }
+
+    async fn usage(&self, session: &SessionId) -> Result<SessionUsage, StoreError> {
+        let session = session.clone();
+        self.inner
+            .write(|reply| Command::Usage { session, reply })
+            .await
+    }
+}
+
+#[async_trait]
+impl SessionStore for SqliteSessionStore {
+    /// Inserting an id that exists replaces its record and counts as activity.
+    async fn insert(&self, record: SessionRecord) -> Result<(), StoreError> {
+        self.inner
+            .write(|reply| Command::InsertSession { record, reply })
+            .await
+    }
+
+    async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        let id = id.clone();
+        self.inner
+            .read(move |conn, _| {
+                conn.prepare_cached(
+                    "SELECT version, principal, standalone FROM sessions WHERE id = ?1",
+                )
+                .and_then(|mut statement| {
+                    statement
+                        .query_row([id.as_str()], |row| {
+                            Ok((
+                                row.get::<_, String>(0)?,
+                                row.get::<_, String>(1)?,
+                                row.get::<_, String>(2)?,
+                            ))
+                        })
+                        .optional()
+                })
+                .map_err(unavailable)?
+                .map(|(version, principal, standalone)| {
+                    Ok(SessionRecord {
+                        id: id.clone(),
+                        version: ProtocolVersion::parse(&version).map_err(unavailable)?,
+                        principal: Arc::from(principal),
+                        standalone: StreamId::parse(&standalone).map_err(unavailable)?,
+                    })
+                })
+                .transpose()
+            })
+            .await
+    }
+
+    /// Touching an unknown session does nothing.
+    async fn touch(&self, id: &SessionId) -> Result<(), StoreError> {
+        let id = id.clone();
+        self.inner.write(|reply| Command::Touch { id, reply }).await
+    }
+
+    async fn remove(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let id = id.clone();
+        self.inner
+            .write(|reply| Command::RemoveRecord { id, reply })
+            .await
+    }
+
+    async fn expire_idle(&self, idle: Duration) -> Result<Vec<SessionId>, StoreError> {
+        self.inner
+            .write(|reply| Command::ExpireIdle { idle, reply })
+            .await
+    }
+
+    async fn count(&self) -> Result<usize, StoreError> {
+        self.inner
+            .read(|conn, _| {
+                conn.query_row("SELECT COUNT(*) FROM sessions", [], |row| {
+                    row.get::<_, i64>(0)
+                })
+                .map(|n| usize::try_from(n).unwrap_or(0))
+                .map_err(unavailable)
+            })
+            .await
+    }
+}
+
+/// A stored frame as an event: the message is the `data` line's value.
+fn stored_event(id: EventId, frame: Vec<u8>) -> StoredEvent {
+    let frame = Bytes::from(frame);
+    let message = if id.seq == EventId::PRIMING_SEQ {
+        Bytes::new()
+    } else {
+        frame::message_in(&frame, None)
+    };
+    StoredEvent { id, frame, message }
+}
+
+/// One read, in one read transaction so the stream row and its events agree.
+fn read(
+    conn: &mut Connection,
+    config: &SqliteStoreConfig,
+    owner: &StreamOwner,
+    stream: StreamId,
+    from: Option<u64>,
+    limit: usize,
+) -> Result<ReadBatch, StoreError> {
+    let tx = conn.transaction().map_err(unavailable)?;
+    let row = tx
+        .prepare_cached(
+            "SELECT principal, session, first_seq, completed_at FROM streams WHERE stream = ?1",
+        )
+        .and_then(|mut statement| {
+            statement
+                .query_row([stream.as_str()], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, i64>(2)?,
+                        row.get::<_, Option<i64>>(3)?,
+                    ))
+                })
+                .optional()
+        })
+        .map_err(unavailable)?;
+    let Some((principal, session, first_seq, completed_at)) = row else {
+        // Gone: a tombstone of this owner says it expired.
+        let tombstone = tx
+            .prepare_cached("SELECT principal, session FROM tombstones WHERE stream = ?1")
+            .and_then(|mut statement| {
+                statement
+                    .query_row([stream.as_str()], |row| {
+                        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+                    })
+                    .optional()
+            })
+            .map_err(unavailable)?;
+        return Err(match tombstone {
+            Some((p, s)) if *p == *owner.principal && s == owner.session.as_str() => {
+                StoreError::Expired
+            }
+            _ => StoreError::UnknownStream,
+        });
+    };
+    if session != owner.session.as_str() || *principal != *owner.principal {
+        return Err(StoreError::UnknownStream);
+    }
+    if completed_at.is_some_and(|at| now_ms().saturating_sub(at) >= ms(config.retention)) {
+        return Err(StoreError::Expired);
+    }
+    let complete = completed_at.is_some();
+    let Some(from) = from else {
+        return Ok(ReadBatch {
+            events: Vec::new(),
+            complete,
+        });
+    };
+    let first_seq = u64::try_from(first_seq).unwrap_or(0);
+    if from < first_seq {
+        return Err(StoreError::Expired);
+    }
+    // One more than asked for tells whether the batch reaches the end.
+    let fetch = i64::try_from(limit)
+        .unwrap_or(i64::MAX - 1)
+        .saturating_add(1);
+    let mut events = Vec::new();
+    let mut more = false;
+    {
+        let mut statement = tx
+            .prepare_cached(
+                "SELECT seq, frame FROM events WHERE stream = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+            )
+            .map_err(unavailable)?;
+        let from = i64::try_from(from).unwrap_or(i64::MAX);
+        let mut rows = statement
+            .query(params![stream.as_str(), from, fetch])
+            .map_err(unavailable)?;
+        while let Some(row) = rows.next().map_err(unavailable)? {
+            if events.len() == limit {
+                more = true;
+                break;
+            }
+            let seq: i64 = row.get(0).map_err(unavailable)?;
+            let frame: Vec<u8> = row.get(1).map_err(unavailable)?;
+            let id = EventId::new(stream, u64::try_from(seq).unwrap_or(0));
+            events.push(stored_event(id, frame));
+        }
+    }
+    drop(tx);
+    Ok(ReadBatch {
+        events,
+        complete: complete && !more,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer thread
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+enum Command {
+    CreateStream {
+        owner: StreamOwner,
+        kind: StreamKind,
+        retry: Duration,
+        reply: Reply<StreamId>,
+    },
+    Append {
+        stream: StreamId,
+        message: String,
+        reply: Reply<EventId>,
+    },
+    Complete {
+        stream: StreamId,
+        reply: Reply<()>,
+    },
+    RemoveSession {
+        session: SessionId,
+        reply: Reply<()>,
+    },
+    Usage {
+        session: SessionId,
+        reply: Reply<SessionUsage>,
+    },
+    InsertSession {
+        record: SessionRecord,
+        reply: Reply<()>,
+    },
+    Touch {
+        id: SessionId,
+        reply: Reply<()>,
+    },
+    RemoveRecord {
+        id: SessionId,
+        reply: Reply<bool>,
+    },
+    ExpireIdle {
+        idle: Duration,
+        reply: Reply<Vec<SessionId>>,
+    },
+}
+
+/// An answer held until its transaction commits (or fails, and every answer says so).
+type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
+fn answer<T: Send + 'static>(reply: Reply<T>, result: Result<T, StoreError>) -> Answer {
+    Box::new(move |failed: Option<&StoreError>| {
+        let _ = reply.send(match failed {
+            None => result,
+            Some(error) => Err(error.clone()),
+        });
+    })
+}
+
+/// What waiters watch.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    last_seq: u64,
+    complete: bool,
+}
+
+impl Progress {
+    fn satisfies(self, after: u64) -> bool {
+        self.complete || self.last_seq > after
+    }
+}
+
+/// The writer's mirror of one stream.
+struct StreamState {
+    session: SessionId,
+    principal: Arc<str>,
+    first_seq: u64,
+    next_seq: u64,
+    events: usize,
+    bytes: usize,
+    complete: bool,
+}
+
+impl StreamState {
+    fn progress(&self) -> Progress {
+        Progress {
+            last_seq: self.next_seq.saturating_sub(1),
+            complete: self.complete,
+        }
+    }
+}
+
+/// The writer's mirror of one session's streams and usage.
+#[derive(Default)]
+struct SessionState {
+    usage: SessionUsage,
+    /// Completed streams, oldest completion first, with their completion times.
+    completed: VecDeque<(i64, StreamId)>,
+    /// `(stream, seq, frame bytes)` in append order, for evicting the oldest live event;
+    /// entries of events removed otherwise are stale and skipped.
+    appended: VecDeque<(StreamId, u64, usize)>,
+}
+
+struct Writer {
+    conn: Connection,
+    config: SqliteStoreConfig,
+    shared: Arc<Shared>,
+    streams: HashMap<StreamId, StreamState>,
+    sessions: HashMap<SessionId, SessionState>,
+    /// Streams whose progress changed in this batch (published after commit).
+    touched: Vec<StreamId>,
+}
+
+type Sql<T> = rusqlite::Result<T>;
+
+impl Writer {
+    fn run(mut self, rx: &mpsc::Receiver<Command>) {
+        let period =
+            (self.config.retention / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut last_sweep = std::time::Instant::now();
+        loop {
+            let first = match rx.recv_timeout(period) {
+                Ok(command) => command,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.sweep();
+                    last_sweep = std::time::Instant::now();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(command) => batch.push(command),
+                    Err(_) => break,
+                }
+            }
+            self.run_batch(batch);
+            if last_sweep.elapsed() >= period {
+                self.sweep();
+                last_sweep = std::time::Instant::now();
+            }
+        }
+    }
+
+    fn run_batch(&mut self, batch: Vec<Command>) {
+        let mut answers = Vec::with_capacity(batch.len());
+        let result = self.transaction(|writer| {
+            for command in batch {
+                answers.push(writer.apply(command)?);
+            }
+            Ok(())
+        });
+        let failed = result.err().map(unavailable);
+        for answer in answers {
+            answer(failed.as_ref());
+        }
+    }
+
+    /// Runs `f` in one transaction; on failure rolls back and reloads the mirror.
+    fn transaction(&mut self, f: impl FnOnce(&mut Self) -> Sql<()>) -> Sql<()> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let result = f(self).and_then(|()| self.conn.execute_batch("COMMIT"));
+        match result {
+            Ok(()) => {
+                self.shared.transactions.fetch_add(1, Ordering::Relaxed);
+                self.publish();
+                Ok(())
+            }
+            Err(error) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                self.touched.clear();
+                if let Err(reload) = self.reload() {
+                    tracing::error!(%reload, "sqlite store: reloading after a failed batch");
+                }
+                self.publish_all();
+                Err(error)
+            }
+        }
+    }
+
+    /// Wakes the waiters of the streams this batch changed.
+    fn publish(&mut self) {
+        if self.touched.is_empty() {
+            return;
+        }
+        let mut progress = guard(&self.shared.progress);
+        for stream in self.touched.drain(..) {
+            match self.streams.get(&stream) {
+                Some(state) => {
+                    let value = state.progress();
+                    match progress.get(&stream) {
+                        Some(sender) => {
+                            sender.send_replace(value);
+                        }
+                        None => {
+                            progress.insert(stream, watch::Sender::new(value));
+                        }
+                    }
+                }
+                // Dropping the sender ends every wait on it.
+                None => {
+                    progress.remove(&stream);
+                }
+            }
+        }
+    }
+
+    /// Replaces every watch with the mirror's state (after open or a failed batch).
+    fn publish_all(&mut self) {
+        self.touched.clear();
+        let mut progress = guard(&self.shared.progress);
+        progress.retain(|stream, _| self.streams.contains_key(stream));
+        for (stream, state) in &self.streams {
+            match progress.get(stream) {
+                Some(sender) => {
+                    sender.send_replace(state.progress());
+                }
+                None => {
+                    progress.insert(*stream, watch::Sender::new(state.progress()));
+                }
+            }
+        }
+    }
+
+    /// Rebuilds the mirror from the database.
+    fn reload(&mut self) -> Sql<()> {
+        self.streams.clear();
+        self.sessions.clear();
+        let mut completed = Vec::new();
+        {
+            let mut statement = self.conn.prepare(
+                "SELECT stream, principal, session, first_seq, completed_at FROM streams",
+            )?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                let (Ok(stream), Ok(session)) = (
+                    StreamId::parse(&row.get::<_, String>(0)?),
+                    SessionId::parse(&row.get::<_, String>(2)?),
+                ) else {
+                    continue;
+                };
+                let principal: String = row.get(1)?;
+                let first_seq = u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0);
+                let completed_at: Option<i64> = row.get(4)?;
+                let usage = &mut self.sessions.entry(session.clone()).or_default().usage;
+                usage.streams += 1;
+                if let Some(at) = completed_at {
+                    completed.push((at, stream, session.clone()));
+                }
+                self.streams.insert(
+                    stream,
+                    StreamState {
+                        session,
+                        principal: Arc::from(principal),
+                        first_seq,
+                        next_seq: first_seq,
+                        events: 0,
+                        bytes: 0,
+                        complete: completed_at.is_some(),
+                    },
+                );
+            }
+        }
+        completed.sort_by_key(|(at, _, _)| *at);
+        for (at, stream, session) in completed {
+            if let Some(state) = self.sessions.get_mut(&session) {
+                state.completed.push_back((at, stream));
+            }
+        }
+        let mut statement = self
+            .conn
+            .prepare("SELECT stream, seq, length(frame) FROM events ORDER BY rowid")?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let Ok(stream) = StreamId::parse(&row.get::<_, String>(0)?) else {
+                continue;
+            };
+            let seq = u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0);
+            let len = usize::try_from(row.get::<_, i64>(2)?).unwrap_or(0);
+            let Some(state) = self.streams.get_mut(&stream) else {
+                continue;
+            };
+            state.next_seq = state.next_seq.max(seq + 1);
+            state.events += 1;
+            state.bytes += len;
+            if let Some(session) = self.sessions.get_mut(&state.session) {
+                session.usage.events += 1;
+                session.usage.bytes += len;
+                session.appended.push_back((stream, seq, len));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, command: Command) -> Sql<Answer> {
+        Ok(match command {
+            Command::CreateStream {
+                owner,
+                kind,
+                retry,
+                reply,
+            } => {
+                let result = self.create_stream(&owner, kind, retry)?;
+                answer(reply, result)
+            }
+            Command::Append {
+                stream,
+                message,
+                reply,
+            } => {
+                let result = self.append(stream, &message)?;
+                answer(reply, result)
+            }
+            Command::Complete { stream, reply } => {
+                let result = self.complete(stream)?;
+                answer(reply, result)
+            }
+            Command::RemoveSession { session, reply } => {
+                self.remove_session(&session)?;
+                answer(reply, Ok(()))
+            }
+            Command::Usage { session, reply } => {
+                self.expire(&session, now_ms())?;
+                let usage = self
+                    .sessions
+                    .get(&session)
+                    .map(|state| state.usage)
+                    .unwrap_or_default();
+                answer(reply, Ok(usage))
+            }
+            Command::InsertSession { record, reply } => {
+                self.conn
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO sessions (id, version, principal, standalone, last_seen)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?
+                    .execute(params![
+                        record.id.as_str(),
+                        record.version.to_string(),
+                        &*record.principal,
+                        record.standalone.as_str(),
+                        now_ms()
+                    ])?;
+                answer(reply, Ok(()))
+            }
+            Command::Touch { id, reply } => {
+                self.conn
+                    .prepare_cached("UPDATE sessions SET last_seen = ?2 WHERE id = ?1")?
+                    .execute(params![id.as_str(), now_ms()])?;
+                answer(reply, Ok(()))
+            }
+            Command::RemoveRecord { id, reply } => {
+                let removed = self
+                    .conn
+                    .prepare_cached("DELETE FROM sessions WHERE id = ?1")?
+                    .execute([id.as_str()])?;
+                answer(reply, Ok(removed > 0))
+            }
+            Command::ExpireIdle { idle, reply } => {
+                let cutoff = now_ms().saturating_sub(ms(idle));
+                let mut expired = Vec::new();
+                {
+                    let mut statement = self
+                        .conn
+                        .prepare_cached("DELETE FROM sessions WHERE last_seen < ?1 RETURNING id")?;
+                    let mut rows = statement.query([cutoff])?;
+                    while let Some(row) = rows.next()? {
+                        if let Ok(id) = SessionId::parse(&row.get::<_, String>(0)?) {
+                            expired.push(id);
+                        }
+                    }
+                }
+                answer(reply, Ok(expired))
+            }
+        })
+    }
+
+    fn create_stream(
+        &mut self,
+        owner: &StreamOwner,
+        kind: StreamKind,
+        retry: Duration,
+    ) -> Sql<Result<StreamId, StoreError>> {
+        let stream = StreamId::generate();
+        let frame = frame::priming_frame(stream, retry);
+        if frame.len() > self.config.max_bytes_per_session {
+            return Ok(Err(StoreError::EventTooLarge));
+        }
+        self.expire(&owner.session, now_ms())?;
+        loop {
+            let streams = self
+                .sessions
+                .get(&owner.session)
+                .map_or(0, |state| state.usage.streams);
+            if streams < self.config.max_streams_per_session {
+                break;
+            }
+            if !self.evict_oldest_completed(&owner.session)? {
+                return Ok(Err(StoreError::TooManyStreams));
+            }
+        }
+        let kind = match kind {
+            StreamKind::Request => 0,
+            StreamKind::Standalone => 1,
+        };
+        self.conn
+            .prepare_cached(
+                "INSERT INTO streams (stream, principal, session, kind, first_seq, completed_at)
+                 VALUES (?1, ?2, ?3, ?4, 0, NULL)",
+            )?
+            .execute(params![
+                stream.as_str(),
+                &*owner.principal,
+                owner.session.as_str(),
+                kind
+            ])?;
+        self.insert_event(stream, EventId::PRIMING_SEQ, &frame)?;
+        let len = frame.len();
+        self.streams.insert(
+            stream,
+            StreamState {
+                session: owner.session.clone(),
+                principal: Arc::clone(&owner.principal),
+                first_seq: 0,
+                next_seq: 1,
+                events: 1,
+                bytes: len,
+                complete: false,
+            },
+        );
+        let session = self.sessions.entry(owner.session.clone()).or_default();
+        session.usage.streams += 1;
+        session.usage.events += 1;
+        session.usage.bytes += len;
+        session.appended.push_back((stream, 0, len));
+        self.touched.push(stream);
+        self.evict_to_caps(&owner.session)?;
+        Ok(Ok(stream))
+    }
+
+    fn insert_event(&self, stream: StreamId, seq: u64, frame: &[u8]) -> Sql<()> {
+        self.conn
+            .prepare_cached("INSERT INTO events (stream, seq, frame) VALUES (?1, ?2, ?3)")?
+            .execute(params![
+                stream.as_str(),
+                i64::try_from(seq).unwrap_or(i64::MAX),
+                frame
+            ])?;
+        Ok(())
+    }
+
+    fn append(&mut self, stream: StreamId, message: &str) -> Sql<Result<EventId, StoreError>> {
+        let Some(session) = self.streams.get(&stream).map(|state| state.session.clone()) else {
+            return self.gone_for_append(stream);
+        };
+        self.expire(&session, now_ms())?;
+        let Some(state) = self.streams.get(&stream) else {
+            return self.gone_for_append(stream);
+        };
+        if state.complete {
+            return Ok(Err(StoreError::Completed));
+        }
+        let id = EventId::new(stream, state.next_seq);
+        let frame = frame::message_frame(id, message);
+        let len = frame.len();
+        if len > self.config.max_bytes_per_session {
+            return Ok(Err(StoreError::EventTooLarge));
+        }
+        self.insert_event(stream, id.seq, &frame)?;
+        if let Some(state) = self.streams.get_mut(&stream) {
+            state.next_seq += 1;
+            state.events += 1;
+            state.bytes += len;
+        }
+        let usage = self.sessions.entry(session.clone()).or_default();
+        usage.usage.events += 1;
+        usage.usage.bytes += len;
+        usage.appended.push_back((stream, id.seq, len));
+        self.touched.push(stream);
+        self.evict_to_caps(&session)?;
+        Ok(Ok(id))
+    }
+
+    fn gone_for_append(&self, stream: StreamId) -> Sql<Result<EventId, StoreError>> {
+        Ok(Err(if self.tombstoned(stream)? {
+            StoreError::Completed
+        } else {
+            StoreError::UnknownStream
+        }))
+    }
+
+    fn complete(&mut self, stream: StreamId) -> Sql<Result<(), StoreError>> {
+        let now = now_ms();
+        let Some(state) = self.streams.get_mut(&stream) else {
+            return Ok(if self.tombstoned(stream)? {
+                Ok(())
+            } else {
+                Err(StoreError::UnknownStream)
+            });
+        };
+        // Idempotent: completing twice must not restart retention.
+        if !state.complete {
+            state.complete = true;
+            let session = state.session.clone();
+            self.conn
+                .prepare_cached("UPDATE streams SET completed_at = ?2 WHERE stream = ?1")?
+                .execute(params![stream.as_str(), now])?;
+            self.sessions
+                .entry(session)
+                .or_default()
+                .completed
+                .push_back((now, stream));
+            self.touched.push(stream);
+        }
+        Ok(Ok(()))
+    }
+
+    /// Whether a stream missing from the mirror was removed after completion (a tombstone),
+    /// rather than never known.
+    fn tombstoned(&self, stream: StreamId) -> Sql<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM tombstones WHERE stream = ?1")?
+            .exists([stream.as_str()])
+    }
+
+    fn remove_session(&mut self, session: &SessionId) -> Sql<()> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM events WHERE stream IN (SELECT stream FROM streams WHERE session = ?1)",
+            )?
+            .execute([session.as_str()])?;
+        self.conn
+            .prepare_cached("DELETE FROM streams WHERE session = ?1")?
+            .execute([session.as_str()])?;
+        self.conn
+            .prepare_cached("DELETE FROM tombstones WHERE session = ?1")?
+            .execute([session.as_str()])?;
+        if self.sessions.remove(session).is_some() {
+            let gone: Vec<StreamId> = self
+                .streams
+                .iter()
+                .filter(|(_, state)| state.session == *session)
+                .map(|(stream, _)| *stream)
+                .collect();
+            for stream in gone {
+                self.streams.remove(&stream);
+                self.touched.push(stream);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes `session`'s completed streams past retention at `now`.
+    fn expire(&mut self, session: &SessionId, now: i64) -> Sql<()> {
+        let retention = ms(self.config.retention);
+        loop {
+            let Some(state) = self.sessions.get_mut(session) else {
+                return Ok(());
+            };
+            let Some(&(at, stream)) = state.completed.front() else {
+                return Ok(());
+            };
+            if now.saturating_sub(at) < retention {
+                return Ok(());
+            }
+            state.completed.pop_front();
+            self.remove_stream(stream)?;
+        }
+    }
+
+    fn evict_oldest_completed(&mut self, session: &SessionId) -> Sql<bool> {
+        let Some(stream) = self
+            .sessions
+            .get_mut(session)
+            .and_then(|state| state.completed.pop_front())
+            .map(|(_, stream)| stream)
+        else {
+            return Ok(false);
+        };
+        self.remove_stream(stream)?;
+        Ok(true)
+    }
+
+    fn evict_to_caps(&mut self, session: &SessionId) -> Sql<()> {
+        loop {
+            let Some(state) = self.sessions.get(session) else {
+                return Ok(());
+            };
+            if state.usage.events <= self.config.max_events_per_session
+                && state.usage.bytes <= self.config.max_bytes_per_session
+            {
+                return Ok(());
+            }
+            if !self.evict_oldest_completed(session)? && !self.evict_oldest_live_event(session)? {
+                return Ok(());
+            }
+        }
+    }
+
+    fn evict_oldest_live_event(&mut self, session: &SessionId) -> Sql<bool> {
+        loop {
+            let Some(entry) = self
+                .sessions
+                .get_mut(session)
+                .and_then(|state| state.appended.pop_front())
+            else {
+                return Ok(false);
+            };
+            let (stream, seq, len) = entry;
+            let Some(state) = self.streams.get_mut(&stream) else {
+                continue;
+            };
+            if seq != state.first_seq || state.events == 0 {
+                continue;
+            }
+            state.first_seq += 1;
+            state.events -= 1;
+            state.bytes -= len;
+            let first_seq = i64::try_from(state.first_seq).unwrap_or(i64::MAX);
+            self.conn
+                .prepare_cached("DELETE FROM events WHERE stream = ?1 AND seq = ?2")?
+                .execute(params![stream.as_str(), first_seq - 1])?;
+            self.conn
+                .prepare_cached("UPDATE streams SET first_seq = ?2 WHERE stream = ?1")?
+                .execute(params![stream.as_str(), first_seq])?;
+            if let Some(state) = self.sessions.get_mut(session) {
+                state.usage.events -= 1;
+                state.usage.bytes -= len;
+            }
+            self.compact(session);
+            return Ok(true);
+        }
+    }
+
+    /// Drops stale `appended` entries once they outnumber the live ones.
+    fn compact(&mut self, session: &SessionId) {
+        let Some(state) = self.sessions.get_mut(session) else {
+            return;
+        };
+        if state.appended.len() <= 2 * state.usage.events + 64 {
+            return;
+        }
+        let streams = &self.streams;
+        state
+            .appended
+            .retain(|(stream, seq, _)| streams.get(stream).is_some_and(|s| *seq >= s.first_seq));
+    }
+
+    /// Removes a whole stream (expired or evicted), leaving a tombstone.
+    fn remove_stream(&mut self, stream: StreamId) -> Sql<()> {
+        let Some(state) = self.streams.remove(&stream) else {
+            return Ok(());
+        };
+        self.conn
+            .prepare_cached("DELETE FROM events WHERE stream = ?1")?
+            .execute([stream.as_str()])?;
+        self.conn
+            .prepare_cached("DELETE FROM streams WHERE stream = ?1")?
+            .execute([stream.as_str()])?;
+        if self.config.max_tombstones > 0 {
+            self.conn
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO tombstones (stream, principal, session) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![
+                    stream.as_str(),
+                    &*state.principal,
+                    state.session.as_str()
+                ])?;
+            let max = i64::try_from(self.config.max_tombstones).unwrap_or(i64::MAX);
+            self.conn
+                .prepare_cached(
+                    "DELETE FROM tombstones WHERE rowid <= (SELECT MAX(rowid) FROM tombstones) - ?1",
+                )?
+                .execute([max])?;
+        }
+        if let Some(session) = self.sessions.get_mut(&state.session) {
+            session.usage.streams -= 1;
+            session.usage.events -= state.events;
+            session.usage.bytes -= state.bytes;
+        }
+        self.compact(&state.session);
+        self.touched.push(stream);
+        Ok(())
+    }
+
+    /// Frees up to [`VACUUM_PAGES`] pages, stepping the pragma to its end (it may free a page
+    /// per step).
+    fn incremental_vacuum(&self) -> Sql<()> {
+        let mut statement = self
+            .conn
+            .prepare_cached(&format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"))?;
+        let mut rows = statement.query([])?;
+        while rows.next()?.is_some() {}
+        Ok(())
+    }
+
+    /// Deletes up to [`SWEEP_LIMIT`] completed streams past retention, in one transaction.
+    fn sweep(&mut self) {
+        let now = now_ms();
+        let retention = ms(self.config.retention);
+        let mut due: Vec<(i64, SessionId)> = self
+            .sessions
+            .iter()
+            .filter_map(|(session, state)| {
+                let &(at, _) = state.completed.front()?;
+                (now.saturating_sub(at) >= retention).then(|| (at, session.clone()))
+            })
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        due.sort_by_key(|(at, _)| *at);
+        due.truncate(SWEEP_LIMIT);
+        let result = self.transaction(|writer| {
+            for (_, session) in &due {
+                writer.expire(session, now)?;
+            }
+            Ok(())
+        });
+        if let Err(error) = result {
+            tracing::warn!(%error, "sqlite store: retention sweep failed");
+            return;
+        }
+        // Compaction: hand a bounded number of freed pages back to the file system, so the
+        // file shrinks after a burst without a blocking full VACUUM.
+        if let Err(error) = self.incremental_vacuum() {
+            tracing::warn!(%error, "sqlite store: incremental vacuum failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pages(path: &Path) -> (i64, i64) {
+        let conn = open_reader(path).unwrap();
+        let count = conn
+            .query_row("PRAGMA page_count", [], |row| row.get(0))
+            .unwrap();
+        let free = conn
+            .query_row("PRAGMA freelist_count", [], |row| row.get(0))
+            .unwrap();
+        (count, free)
+    }
+
+    /// Retention deletes a completed stream in the background and the incremental vacuum
+    /// gives its pages back: the database shrinks with no command sent.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sweep_deletes_and_compacts() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("t.db");
+        let (events, _sessions) = open(SqliteStoreConfig {
+            retention: Duration::from_millis(50),
+            ..SqliteStoreConfig::new(&path)
+        })
+        .unwrap();
+        let owner = StreamOwner {
+            principal: Arc::from("default"),
+            session: SessionId::generate(),
+        };
+        let stream = events
+            .create_stream(&owner, StreamKind::Request, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let pad = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2000));
+        for _ in 0..500 {
+            events.append(stream, pad.as_bytes()).await.unwrap();
+        }
+        events.complete(stream).await.unwrap();
+        let (full, _) = pages(&path);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (after, free) = pages(&path);
+        assert!(
+            after * 4 < full,
+            "{full} pages before, {after} after the sweep"
+        );
+        assert_eq!(free, 0, "free pages returned");
+    }
+}
