@@ -440,6 +440,16 @@ impl RawClient {
         self.send_bytes(&request.to_bytes()).await
     }
 
+    /// Sends a request and reads the whole response: what a test of a status or an error
+    /// body wants.
+    ///
+    /// # Errors
+    ///
+    /// As for [`send`](Self::send), and failures reading the body.
+    pub async fn exchange(&self, request: &RawRequest) -> anyhow::Result<Transcript> {
+        self.send(request).await?.read_to_end().await
+    }
+
     /// Writes arbitrary bytes to a new connection and reads the response head.
     ///
     /// # Errors

@@ -291,13 +291,7 @@ async fn missing_session_id_is_400() {
         if method == "POST" {
             request = request.json(&ping(1));
         }
-        let t = anonymous
-            .send(&request)
-            .await
-            .unwrap()
-            .read_to_end()
-            .await
-            .unwrap();
+        let t = anonymous.exchange(&request).await.unwrap();
         assert_refused(&t, 400, -32600, &server.node_id);
     }
     assert_session_works(&mut client).await;
@@ -313,13 +307,7 @@ async fn malformed_session_id_is_400() {
             .request("POST")
             .header("Mcp-Session-Id", bad)
             .json(&ping(1));
-        let t = client
-            .send(&request)
-            .await
-            .unwrap()
-            .read_to_end()
-            .await
-            .unwrap();
+        let t = client.exchange(&request).await.unwrap();
         assert_refused(&t, 400, -32600, &server.node_id);
     }
     // Bytes outside ASCII (obs-text) are not visible ASCII either.
@@ -353,13 +341,7 @@ async fn unknown_session_is_404() {
         if method == "POST" {
             request = request.json(&ping(1));
         }
-        let t = stranger
-            .send(&request)
-            .await
-            .unwrap()
-            .read_to_end()
-            .await
-            .unwrap();
+        let t = stranger.exchange(&request).await.unwrap();
         let error = assert_refused(&t, 404, -32600, &server.node_id);
         assert_eq!(error["message"], "session not found");
     }
@@ -379,13 +361,7 @@ async fn unsupported_protocol_version_is_400_with_supported_list() {
             if method == "POST" {
                 request = request.json(&ping(1));
             }
-            let t = client
-                .send(&request)
-                .await
-                .unwrap()
-                .read_to_end()
-                .await
-                .unwrap();
+            let t = client.exchange(&request).await.unwrap();
             let error = assert_refused(&t, 400, -32600, &server.node_id);
             assert_eq!(
                 error["data"]["supported"],
@@ -420,13 +396,7 @@ async fn unsupported_protocol_version_is_400_with_supported_list() {
             .header("MCP-Protocol-Version", V03)
             .json(&ping(3)),
     ] {
-        let t = client
-            .send(&request)
-            .await
-            .unwrap()
-            .read_to_end()
-            .await
-            .unwrap();
+        let t = client.exchange(&request).await.unwrap();
         assert_eq!(t.status, 200);
     }
     assert_session_works(&mut client).await;
@@ -475,13 +445,7 @@ async fn post_accept_is_lenient_and_406_when_nothing_fits() {
             Some(accept) => request.header("Accept", accept),
             None => request.without_header("Accept"),
         };
-        let t = client
-            .send(&request)
-            .await
-            .unwrap()
-            .read_to_end()
-            .await
-            .unwrap();
+        let t = client.exchange(&request).await.unwrap();
         assert_eq!(t.status, 200);
         assert!(t.is_event_stream());
     }
@@ -537,26 +501,14 @@ async fn wrong_content_type_is_415() {
             Some(value) => request.header("Content-Type", value),
             None => request.without_header("Content-Type"),
         };
-        let t = client
-            .send(&request)
-            .await
-            .unwrap()
-            .read_to_end()
-            .await
-            .unwrap();
+        let t = client.exchange(&request).await.unwrap();
         assert_refused(&t, 415, -32600, &server.node_id);
     }
     let request = client
         .request("POST")
         .header("Content-Type", "Application/JSON; charset=utf-8")
         .json(&ping(2));
-    let t = client
-        .send(&request)
-        .await
-        .unwrap()
-        .read_to_end()
-        .await
-        .unwrap();
+    let t = client.exchange(&request).await.unwrap();
     assert_eq!(t.status, 200, "parameters and case are fine");
     assert_session_works(&mut client).await;
 }
@@ -577,13 +529,7 @@ async fn bad_origin_is_403() {
             if method == "POST" {
                 request = request.json(&ping(1));
             }
-            let t = client
-                .send(&request)
-                .await
-                .unwrap()
-                .read_to_end()
-                .await
-                .unwrap();
+            let t = client.exchange(&request).await.unwrap();
             assert_refused(&t, 403, -32600, &server.node_id);
         }
     }
@@ -591,13 +537,7 @@ async fn bad_origin_is_403() {
         .request("POST")
         .header("Origin", "http://localhost:5173")
         .json(&ping(1));
-    let t = client
-        .send(&request)
-        .await
-        .unwrap()
-        .read_to_end()
-        .await
-        .unwrap();
+    let t = client.exchange(&request).await.unwrap();
     assert_eq!(t.status, 200);
     assert_session_works(&mut client).await;
 
@@ -611,25 +551,13 @@ async fn bad_origin_is_403() {
         .request("POST")
         .header("Origin", "https://app.example.com")
         .json(&ping(1));
-    let t = client
-        .send(&allowed)
-        .await
-        .unwrap()
-        .read_to_end()
-        .await
-        .unwrap();
+    let t = client.exchange(&allowed).await.unwrap();
     assert_eq!(t.status, 200);
     let loopback = client
         .request("POST")
         .header("Origin", "http://localhost")
         .json(&ping(1));
-    let t = client
-        .send(&loopback)
-        .await
-        .unwrap()
-        .read_to_end()
-        .await
-        .unwrap();
+    let t = client.exchange(&loopback).await.unwrap();
     assert_refused(&t, 403, -32600, &server.node_id);
     assert_session_works(&mut client).await;
 }
@@ -642,26 +570,14 @@ async fn bad_host_is_403() {
     let mut client = server.session(V11).await;
     for host in ["evil.example", "evil.example:80", "127.0.0.1.nip.io"] {
         let request = client.request("POST").header("Host", host).json(&ping(1));
-        let t = client
-            .send(&request)
-            .await
-            .unwrap()
-            .read_to_end()
-            .await
-            .unwrap();
+        let t = client.exchange(&request).await.unwrap();
         assert_refused(&t, 403, -32600, &server.node_id);
     }
     let request = client
         .request("POST")
         .header("Host", "localhost:1")
         .json(&ping(1));
-    let t = client
-        .send(&request)
-        .await
-        .unwrap()
-        .read_to_end()
-        .await
-        .unwrap();
+    let t = client.exchange(&request).await.unwrap();
     assert_eq!(t.status, 200);
     assert_session_works(&mut client).await;
 
@@ -677,23 +593,11 @@ async fn bad_host_is_403() {
         .header("Host", "mcp.example.com")
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": V11, "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}}));
-    let t = init
-        .send(&request)
-        .await
-        .unwrap()
-        .read_to_end()
-        .await
-        .unwrap();
+    let t = init.exchange(&request).await.unwrap();
     assert_eq!(t.status, 200);
     client.set_session_id(t.headers.get("mcp-session-id").map(str::to_owned));
     let request = client.request("POST").json(&ping(2));
-    let t = client
-        .send(&request)
-        .await
-        .unwrap()
-        .read_to_end()
-        .await
-        .unwrap();
+    let t = client.exchange(&request).await.unwrap();
     assert_refused(&t, 403, -32600, &server.node_id);
 }
 
