@@ -8,12 +8,11 @@ mod resume_support;
 use std::time::Duration;
 
 use resume_support::{
-    ResumeServer, assert_exact_count, messages, read_messages, read_priming, split_id,
+    Call, ResumeServer, V11, assert_exact_count, messages, read_messages, read_priming, split_id,
 };
 use serde_json::json;
 use tether::server::ServerConfig;
 
-const V11: &str = "2025-11-25";
 /// Events per `count` in the position matrix.
 const N: u64 = 10;
 
@@ -115,13 +114,13 @@ async fn cut_at_every_position_resumes_exactly_the_missing_events_then_the_resul
 #[tokio::test]
 async fn cut_after_completion_resumes_to_an_empty_ended_stream() {
     let server = ResumeServer::start(ServerConfig::default()).await;
-    let mut client = server.session(V11).await;
-    let token = json!("done");
-    let (id, mut post) = client
-        .call_tool("gated", json!({"n": 3}), Some(token.clone()))
-        .await
-        .unwrap();
-    let stream = read_priming(&mut post).await;
+    let Call {
+        client,
+        id,
+        mut post,
+        stream,
+        token,
+    } = server.call("gated", json!({"n": 3}), "done").await;
     server.release(4);
     let all = read_messages(&mut post, 4).await;
     assert_exact_count(&all, stream, id, &token, 3);
@@ -221,13 +220,13 @@ async fn a_long_replay_with_appends_racing_it_is_exact() {
 #[tokio::test]
 async fn resuming_twice_with_the_same_id_replays_the_same_events() {
     let server = ResumeServer::start(ServerConfig::default()).await;
-    let mut client = server.session(V11).await;
-    let token = json!("twice");
-    let (id, mut post) = client
-        .call_tool("gated", json!({"n": 8}), Some(token.clone()))
-        .await
-        .unwrap();
-    let stream = read_priming(&mut post).await;
+    let Call {
+        client,
+        id,
+        mut post,
+        stream,
+        token,
+    } = server.call("gated", json!({"n": 8}), "twice").await;
     server.release(3);
     let before = read_messages(&mut post, 3).await;
     drop(post);
@@ -267,13 +266,13 @@ async fn resuming_twice_with_the_same_id_replays_the_same_events() {
 #[tokio::test]
 async fn a_second_get_for_the_same_stream_replaces_the_older_connection() {
     let server = ResumeServer::start(ServerConfig::default()).await;
-    let mut client = server.session(V11).await;
-    let token = json!("replace");
-    let (id, mut post) = client
-        .call_tool("gated", json!({"n": 5}), Some(token.clone()))
-        .await
-        .unwrap();
-    let stream = read_priming(&mut post).await;
+    let Call {
+        client,
+        id,
+        mut post,
+        stream,
+        token,
+    } = server.call("gated", json!({"n": 5}), "replace").await;
     server.release(2);
     let mut all = read_messages(&mut post, 2).await;
 
@@ -303,13 +302,13 @@ async fn a_second_get_for_the_same_stream_replaces_the_older_connection() {
 #[tokio::test]
 async fn resume_after_tool_finished_delivers_the_rest_and_the_result_once() {
     let server = ResumeServer::start(ServerConfig::default()).await;
-    let mut client = server.session(V11).await;
-    let token = json!("late");
-    let (id, mut post) = client
-        .call_tool("count", json!({"n": 10}), Some(token.clone()))
-        .await
-        .unwrap();
-    let stream = read_priming(&mut post).await;
+    let Call {
+        client,
+        id,
+        mut post,
+        stream,
+        token,
+    } = server.call("count", json!({"n": 10}), "late").await;
     let mut all = read_messages(&mut post, 4).await;
     drop(post);
     server.wait_complete(&client, stream).await;

@@ -8,13 +8,12 @@ mod resume_support;
 use std::time::Duration;
 
 use resume_support::{
-    ResumeServer, assert_exact_count, messages, read_messages, read_priming, split_id,
+    Call, ResumeServer, V11, assert_exact_count, messages, read_messages, read_priming, split_id,
 };
 use serde_json::{Value, json};
 use tether::server::ServerConfig;
 use tether_testkit::raw::{RawClient, SseItem, Transcript};
 
-const V11: &str = "2025-11-25";
 const V03: &str = "2025-03-26";
 
 /// The connection ended (the body is complete) with a `retry` field as its last item, right
@@ -44,13 +43,13 @@ fn assert_closed_with_retry(t: &Transcript) -> (u64, String) {
 #[tokio::test]
 async fn close_connection_ends_with_retry_and_the_resume_continues_to_the_result() {
     let server = ResumeServer::start(ServerConfig::default()).await;
-    let mut client = server.session(V11).await;
-    let token = json!("poll");
-    let (id, mut post) = client
-        .call_tool("gated", json!({"n": 6}), Some(token.clone()))
-        .await
-        .unwrap();
-    let stream = read_priming(&mut post).await;
+    let Call {
+        client,
+        id,
+        mut post,
+        stream,
+        token,
+    } = server.call("gated", json!({"n": 6}), "poll").await;
     server.release(3);
     let mut all = read_messages(&mut post, 3).await;
     assert!(
@@ -91,13 +90,13 @@ async fn close_connection_on_a_quiet_resume_sends_an_id_first() {
         ..ServerConfig::default()
     };
     let server = ResumeServer::start(config).await;
-    let mut client = server.session(V11).await;
-    let token = json!("quiet");
-    let (id, mut post) = client
-        .call_tool("gated", json!({"n": 3}), Some(token.clone()))
-        .await
-        .unwrap();
-    let stream = read_priming(&mut post).await;
+    let Call {
+        client,
+        id,
+        mut post,
+        stream,
+        token,
+    } = server.call("gated", json!({"n": 3}), "quiet").await;
     server.release(1);
     let mut all = read_messages(&mut post, 1).await;
     drop(post);

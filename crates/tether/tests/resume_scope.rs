@@ -8,15 +8,14 @@ mod resume_support;
 use std::time::Duration;
 
 use resume_support::{
-    ResumeServer, assert_exact_count, assert_resume_refused, messages, read_messages, read_priming,
-    split_id,
+    ResumeServer, V11, assert_exact_count, assert_resume_refused, messages, read_messages,
+    read_priming, split_id,
 };
 use serde_json::json;
 use tether::server::ServerConfig;
 use tether::store::MemoryStoreConfig;
 use tether_testkit::raw::{RawClient, SseItem, Transcript};
 
-const V11: &str = "2025-11-25";
 const V03: &str = "2025-03-26";
 
 async fn resume(client: &RawClient, id: &str) -> Transcript {

@@ -128,6 +128,23 @@ impl ResumeHandler {
 }
 
 /// A server running on a loopback port.
+/// The protocol version that gets priming events and server-initiated closes.
+pub const V11: &str = "2025-11-25";
+
+/// A tool call in flight, as [`ResumeServer::call`] opened it.
+pub struct Call {
+    /// The session's client.
+    pub client: RawClient,
+    /// The request id.
+    pub id: i64,
+    /// The POST's SSE response, read past the priming event.
+    pub post: RawResponse,
+    /// The request's stream.
+    pub stream: StreamId,
+    /// The progress token.
+    pub token: Value,
+}
+
 pub struct ResumeServer {
     pub url: String,
     pub node_id: String,
@@ -176,6 +193,25 @@ impl ResumeServer {
     }
 
     /// A raw client that has initialized a session with `version`.
+    /// Opens a 2025-11-25 session and calls `tool` with progress token `token`, reading the
+    /// POST response past its priming event: the opening every resume test shares.
+    pub async fn call(&self, tool: &str, arguments: Value, token: &str) -> Call {
+        let mut client = self.session(V11).await;
+        let token = json!(token);
+        let (id, mut post) = client
+            .call_tool(tool, arguments, Some(token.clone()))
+            .await
+            .unwrap();
+        let stream = read_priming(&mut post).await;
+        Call {
+            client,
+            id,
+            post,
+            stream,
+            token,
+        }
+    }
+
     pub async fn session(&self, version: &str) -> RawClient {
         let mut client = RawClient::new(&self.url)
             .unwrap()
