@@ -561,7 +561,7 @@ fn store_append(rt: &Runtime, messages: &[Vec<u8>]) -> Duration {
         let store = MemoryEventStore::new(store_config());
         let owner = owner();
         let stream = store
-            .create_stream(&owner, StreamKind::Request, Duration::from_secs(1))
+            .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
             .await
             .expect("stream");
         let start = Instant::now();
@@ -623,7 +623,7 @@ impl StoredStream {
         let owner = owner();
         let stream = rt.block_on(async {
             let stream = store
-                .create_stream(&owner, StreamKind::Request, Duration::from_secs(1))
+                .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
                 .await
                 .expect("stream");
             for message in messages {
@@ -690,7 +690,7 @@ mod sqlite_store {
             let owner = owner();
             let stream = rt.block_on(async {
                 let stream = store
-                    .create_stream(&owner, StreamKind::Request, Duration::from_secs(1))
+                    .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
                     .await
                     .expect("stream");
                 // Filled concurrently in chunks, so setup does not take one commit per event.
@@ -726,7 +726,7 @@ mod sqlite_store {
                 for _ in 0..APPENDERS {
                     let owner = owner();
                     let stream = store
-                        .create_stream(&owner, StreamKind::Request, Duration::from_secs(1))
+                        .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
                         .await
                         .expect("stream");
                     streams.push((owner, stream));

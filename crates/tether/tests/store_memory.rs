@@ -67,7 +67,7 @@ fn instant_retention(max_tombstones: usize) -> MemoryEventStore {
 
 async fn completed_stream(events: &MemoryEventStore, owner: &StreamOwner) -> StreamId {
     let stream = events
-        .create_stream(owner, StreamKind::Request, RETRY)
+        .create_stream(owner, StreamKind::Request, RETRY, &[])
         .await
         .unwrap();
     events
@@ -105,7 +105,7 @@ async fn caps_below_one_act_as_one() {
     assert_eq!(events.config().max_streams_per_session, 1);
     // One byte is below any frame: nothing fits, and the store says so.
     let result = events
-        .create_stream(&owner(), StreamKind::Request, RETRY)
+        .create_stream(&owner(), StreamKind::Request, RETRY, &[])
         .await;
     assert_eq!(result, Err(StoreError::EventTooLarge));
 }
@@ -118,7 +118,7 @@ async fn one_event_cap_keeps_just_the_newest_event() {
     });
     let owner = owner();
     let stream = events
-        .create_stream(&owner, StreamKind::Request, RETRY)
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
         .await
         .unwrap();
     for n in 1..=3 {
@@ -192,7 +192,7 @@ async fn retention_counts_from_the_first_completion() {
     let retention = events.config().retention;
     let owner = owner();
     let stream = events
-        .create_stream(&owner, StreamKind::Request, RETRY)
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
         .await
         .unwrap();
     // Live streams never expire, however old.
@@ -218,7 +218,7 @@ async fn sweep_expired_takes_a_virtual_now() {
     let owner = owner();
     let stream = completed_stream(&events, &owner).await;
     let live = events
-        .create_stream(&owner, StreamKind::Standalone, RETRY)
+        .create_stream(&owner, StreamKind::Standalone, RETRY, &[])
         .await
         .unwrap();
     let completed_at = Instant::now();
@@ -331,7 +331,7 @@ async fn frames_are_encoded_once_and_shared_by_every_read() {
     let events = MemoryEventStore::default();
     let owner = owner();
     let stream = events
-        .create_stream(&owner, StreamKind::Request, RETRY)
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
         .await
         .unwrap();
     let json = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#;
@@ -368,6 +368,7 @@ async fn retry_is_written_in_whole_milliseconds() {
             &owner,
             StreamKind::Standalone,
             Duration::from_micros(2_500_900),
+            &[],
         )
         .await
         .unwrap();
@@ -444,7 +445,7 @@ async fn random_operations_keep_usage_exact_and_gaps_explicit() {
             .collect();
         match next(10) {
             0 | 1 => match events
-                .create_stream(&owner, StreamKind::Request, RETRY)
+                .create_stream(&owner, StreamKind::Request, RETRY, &[])
                 .await
             {
                 Ok(stream) => models.push(Model {
@@ -538,7 +539,7 @@ async fn live_eviction_stays_in_order_after_many_whole_stream_evictions() {
     });
     let owner = owner();
     let standalone = events
-        .create_stream(&owner, StreamKind::Standalone, RETRY)
+        .create_stream(&owner, StreamKind::Standalone, RETRY, &[])
         .await
         .unwrap();
     for n in 1..=3 {

@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tempfile::TempDir;
-use tether::proto::ids::{SessionId, StreamId};
-use tether::proto::version::ProtocolVersion;
+use tether::proto::ids::SessionId;
 use tether::store::sqlite::{self, Durability, SqliteOpenError, SqliteStoreConfig};
-use tether::store::suite::Caps;
-use tether::store::{EventStore, SessionRecord, SessionStore, StoreError, StreamKind, StreamOwner};
+use tether::store::suite::{Caps, Stores};
+use tether::store::{EventStore, SessionStore, StoreError, StreamKind, StreamOwner};
 
 /// The default configuration, on a database file in `dir`.
 fn config_in(dir: &Path) -> SqliteStoreConfig {
@@ -42,6 +41,30 @@ async fn new_sessions() -> Arc<dyn SessionStore> {
 
 tether::store_suite!(new_events, new_sessions);
 
+/// Opens one new temporary database, again on each call.
+fn new_opener() -> impl AsyncFn() -> Stores {
+    let dir = temp_dir();
+    async move || {
+        let (events, sessions) = sqlite::open(config_in(dir.path())).expect("open");
+        (
+            Arc::new(events) as Arc<dyn EventStore>,
+            Arc::new(sessions) as Arc<dyn SessionStore>,
+        )
+    }
+}
+
+tether::store_suite!(durable new_opener);
+
+#[tokio::test]
+async fn a_store_open_in_this_process_cannot_be_opened_twice() {
+    let dir = TempDir::new().unwrap();
+    let _open = sqlite::open(config_in(dir.path())).unwrap();
+    match sqlite::open(config_in(dir.path())) {
+        Err(SqliteOpenError::InUse { path }) => assert_eq!(path, dir.path().join("tether.db")),
+        other => panic!("expected InUse, got {other:?}"),
+    }
+}
+
 const RETRY: Duration = Duration::from_secs(1);
 
 fn owner() -> StreamOwner {
@@ -57,86 +80,6 @@ fn progress(n: usize) -> Vec<u8> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reopen_loses_nothing_acknowledged() {
-    const N: usize = 500;
-    let dir = TempDir::new().unwrap();
-    let owner = owner();
-    let record = SessionRecord {
-        id: owner.session.clone(),
-        version: ProtocolVersion::LATEST,
-        principal: Arc::clone(&owner.principal),
-        standalone: StreamId::generate(),
-    };
-    let (live, done, before_live, before_done) = {
-        let (events, sessions) = sqlite::open(config_in(dir.path())).unwrap();
-        sessions.insert(record.clone()).await.unwrap();
-        let live = events
-            .create_stream(&owner, StreamKind::Standalone, RETRY)
-            .await
-            .unwrap();
-        let done = events
-            .create_stream(&owner, StreamKind::Request, RETRY)
-            .await
-            .unwrap();
-        for n in 0..N {
-            events.append(live, &progress(n)).await.unwrap();
-        }
-        events
-            .append(done, br#"{"id":1,"result":{}}"#)
-            .await
-            .unwrap();
-        events.complete(done).await.unwrap();
-        let before_live = events
-            .read_from_start(&owner, live, usize::MAX)
-            .await
-            .unwrap();
-        let before_done = events
-            .read_from_start(&owner, done, usize::MAX)
-            .await
-            .unwrap();
-        (live, done, before_live, before_done)
-        // Both halves dropped here: the writer thread stops, the file is closed.
-    };
-    assert_eq!(before_live.events.len(), N + 1);
-
-    let (events, sessions) = sqlite::open(config_in(dir.path())).unwrap();
-    let after_live = events
-        .read_from_start(&owner, live, usize::MAX)
-        .await
-        .unwrap();
-    assert_eq!(after_live, before_live, "identical frames after reopen");
-    let after_done = events
-        .read_from_start(&owner, done, usize::MAX)
-        .await
-        .unwrap();
-    assert_eq!(after_done, before_done);
-    assert!(after_done.complete, "completion survives");
-    assert_eq!(sessions.get(&record.id).await.unwrap(), Some(record));
-    assert_eq!(sessions.count().await.unwrap(), 1);
-
-    // The reopened store carries on where the old one stopped.
-    let id = events.append(live, &progress(N)).await.unwrap();
-    assert_eq!(id.seq, N as u64 + 1);
-    assert_eq!(events.append(done, b"{}").await, Err(StoreError::Completed));
-    let usage = events.usage(&owner.session).await.unwrap();
-    assert_eq!((usage.streams, usage.events), (2, (N + 2) + 2));
-    // Waiters on streams from before the reopen are woken too.
-    let events = Arc::new(events);
-    let waiter = tokio::spawn({
-        let events = Arc::clone(&events);
-        async move { events.wait_for_more(live, id.seq).await }
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(!waiter.is_finished(), "nothing after {} yet", id.seq);
-    events.append(live, &progress(N + 1)).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("woken")
-        .unwrap()
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_appends_are_gap_free_and_group_committed() {
     const TASKS: usize = 64;
     const APPENDS: usize = 200;
@@ -145,7 +88,7 @@ async fn concurrent_appends_are_gap_free_and_group_committed() {
     let events = Arc::new(events);
     let owner = owner();
     let stream = events
-        .create_stream(&owner, StreamKind::Request, RETRY)
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
         .await
         .unwrap();
     let before = events.transactions();
@@ -202,7 +145,7 @@ async fn full_durability_opens_and_stores() {
     .unwrap();
     let owner = owner();
     let stream = events
-        .create_stream(&owner, StreamKind::Request, RETRY)
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
         .await
         .unwrap();
     events.append(stream, b"{}").await.unwrap();
@@ -236,7 +179,7 @@ async fn retention_expires_completed_streams_with_tombstones_across_reopen() {
     let stream = {
         let (events, _sessions) = sqlite::open(config.clone()).unwrap();
         let stream = events
-            .create_stream(&owner, StreamKind::Request, RETRY)
+            .create_stream(&owner, StreamKind::Request, RETRY, &[])
             .await
             .unwrap();
         events.append(stream, b"{}").await.unwrap();
@@ -279,5 +222,72 @@ async fn retention_expires_completed_streams_with_tombstones_across_reopen() {
     assert_eq!(
         events.append(stream, b"{}").await,
         Err(StoreError::Completed)
+    );
+}
+
+/// The server's start-up sweep over a reopened file: a batch whose first request was answered
+/// before the crash gets the restart error for the second only, after what was stored, and
+/// its stream is completed; a second sweep finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_answers_only_the_unanswered_requests_of_an_orphan() {
+    use tether::proto::jsonrpc::RequestId;
+    use tether::server::{OrphanReport, SERVER_RESTARTED_REASON, Server, ServerConfig};
+
+    let dir = TempDir::new().unwrap();
+    let owner = owner();
+    let stream = {
+        let (events, _sessions) = sqlite::open(config_in(dir.path())).unwrap();
+        let stream = events
+            .create_stream(
+                &owner,
+                StreamKind::Request,
+                RETRY,
+                &[RequestId::from(1_i64), RequestId::from("two")],
+            )
+            .await
+            .unwrap();
+        events.append(stream, &progress(1)).await.unwrap();
+        events
+            .append(stream, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#)
+            .await
+            .unwrap();
+        stream
+    };
+    let (events, sessions) = sqlite::open(config_in(dir.path())).unwrap();
+    let events: Arc<dyn EventStore> = Arc::new(events);
+    let server = Server::new(
+        ServerConfig::default(),
+        Arc::new(tether::demo::DemoHandler::new()),
+        Arc::clone(&events),
+        Arc::new(sessions),
+    );
+    let report = server.answer_orphans().await.unwrap();
+    assert_eq!(
+        report,
+        OrphanReport {
+            streams: 1,
+            requests: 1
+        }
+    );
+    let batch = events
+        .read_from_start(&owner, stream, usize::MAX)
+        .await
+        .unwrap();
+    assert!(batch.complete, "the orphan is completed");
+    let messages: Vec<serde_json::Value> = batch.events[1..]
+        .iter()
+        .map(|event| serde_json::from_slice(&event.message).unwrap())
+        .collect();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert_eq!(messages[1]["id"], 1);
+    assert_eq!(messages[2]["id"], "two");
+    assert_eq!(messages[2]["error"]["code"], -32603);
+    assert_eq!(
+        messages[2]["error"]["data"]["reason"],
+        SERVER_RESTARTED_REASON
+    );
+    assert_eq!(
+        server.answer_orphans().await.unwrap(),
+        OrphanReport::default()
     );
 }

@@ -40,6 +40,7 @@ use std::{sync::Arc, time::Duration};
 use async_trait::async_trait;
 use bytes::Bytes;
 use tether_proto::ids::{EventId, SessionId, StreamId};
+use tether_proto::jsonrpc::RequestId;
 
 pub use memory::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
 #[cfg(feature = "sqlite")]
@@ -88,6 +89,19 @@ impl StoredEvent {
     pub fn is_priming(&self) -> bool {
         self.id.seq == EventId::PRIMING_SEQ
     }
+}
+
+/// A Request stream whose producer is gone: the process running its requests' handlers died
+/// before completing it (see [`EventStore::orphaned_streams`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanedStream {
+    /// Who owns the stream.
+    pub owner: StreamOwner,
+    /// The stream.
+    pub stream: StreamId,
+    /// The ids of the requests the stream was created to answer (some may already have their
+    /// response stored).
+    pub requests: Vec<RequestId>,
 }
 
 /// What [`EventStore::read_after`] found.
@@ -147,11 +161,18 @@ pub enum StoreError {
 pub trait EventStore: Send + Sync + 'static {
     /// Creates a stream owned by `owner` and stores its priming event (seq 0) carrying
     /// `retry`. Returns the new stream's id (128 random bits).
+    ///
+    /// `requests` are the ids of the requests whose responses the stream will carry (empty
+    /// for the standalone stream). A durable store keeps them with the stream, so that after
+    /// a crash the requests left unanswered can be named ([`orphaned_streams`]).
+    ///
+    /// [`orphaned_streams`]: EventStore::orphaned_streams
     async fn create_stream(
         &self,
         owner: &StreamOwner,
         kind: StreamKind,
         retry: Duration,
+        requests: &[RequestId],
     ) -> Result<StreamId, StoreError>;
 
     /// Appends one JSON-RPC message (compact JSON, no line breaks) to `stream` and returns
@@ -191,6 +212,17 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// What `session` currently retains.
     async fn usage(&self, session: &SessionId) -> Result<SessionUsage, StoreError>;
+
+    /// The Request streams an earlier process left incomplete, each reported once, with the
+    /// request ids given to [`create_stream`](EventStore::create_stream). Nothing will ever
+    /// complete them (their handlers died with that process), so a starting server answers
+    /// their unanswered requests with errors and completes them: a resuming client gets an
+    /// answer instead of waiting forever.
+    ///
+    /// A store that does not outlive its process has none; a store open in one process
+    /// reports what was incomplete when it opened. Only the server that owns the store calls
+    /// this, once, before serving.
+    async fn orphaned_streams(&self) -> Result<Vec<OrphanedStream>, StoreError>;
 }
 
 /// A session as the server remembers it between requests.

@@ -4,16 +4,22 @@
 //! connection pool, retention and compaction of the file, and the in-process wake-ups of
 //! [`EventStore::wait_for_more`]. It does not share streams between processes: the watch
 //! channels that wake waiters live in this process, so two servers on one file would not wake
-//! each other's readers (sharing streams between nodes is the Redis backend's job). Open a
-//! file from one store at a time: the writer thread keeps counters in memory that a second
-//! writer on the same file would invalidate.
+//! each other's readers (sharing streams between nodes is the Redis backend's job). A file is
+//! open in one store at a time, enforced with an exclusive lock on `<file>.lock` held while
+//! the store is open ([`SqliteOpenError::InUse`]): the writer thread keeps counters in memory
+//! that a second writer on the same file would invalidate.
+//!
+//! Request streams record the ids of the requests they answer. Those still incomplete when
+//! the file is opened were left by a process that died mid-request; the store reports them
+//! once through [`EventStore::orphaned_streams`], so the server can answer them.
 //!
 //! # Layout
 //!
 //! - `events(stream, seq, frame)`, primary key `(stream, seq)` (the index every read uses):
 //!   the SSE frames, encoded once at append exactly as [`MemoryEventStore`] encodes them.
-//! - `streams(stream, principal, session, kind, first_seq, completed_at)`: owner and state of
-//!   each stream; `first_seq` is the oldest seq still stored (or the next seq when none is).
+//! - `streams(stream, principal, session, kind, first_seq, completed_at, requests)`: owner
+//!   and state of each stream; `first_seq` is the oldest seq still stored (or the next seq
+//!   when none is); `requests` the JSON array of the request ids a Request stream answers.
 //! - `tombstones(stream, principal, session)`: streams removed by retention or by a cap, so a
 //!   reader hears `Expired` rather than `UnknownStream`; bounded by `max_tombstones`.
 //! - `sessions(id, version, principal, standalone, last_seen)`: the [`SessionStore`] records.
@@ -52,14 +58,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tether_proto::ids::{EventId, SessionId, StreamId};
+use tether_proto::jsonrpc::RequestId;
 use tether_proto::version::ProtocolVersion;
 use tokio::sync::{oneshot, watch};
 
 use super::frame;
 use super::memory::MemoryStoreConfig;
 use super::{
-    EventStore, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError, StoredEvent,
-    StreamKind, StreamOwner,
+    EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
+    StoredEvent, StreamKind, StreamOwner,
 };
 
 /// How SQLite syncs commits to disk (`PRAGMA synchronous`, always in WAL mode).
@@ -130,6 +137,21 @@ pub enum SqliteOpenError {
         /// What SQLite said.
         source: rusqlite::Error,
     },
+    /// Another process has the store open: two writers would hand out the same sequence
+    /// numbers, so a store belongs to one process at a time.
+    #[error("SQLite store {} is in use by another process", path.display())]
+    InUse {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The lock file next to the database could not be created.
+    #[error("cannot create the lock file {}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
     /// The writer thread could not be started.
     #[error("cannot start the SQLite writer thread: {0}")]
     Thread(#[from] std::io::Error),
@@ -161,6 +183,7 @@ pub fn open(
             source,
         },
     };
+    let lock = lock_store(&config.path)?;
     let conn = open_writer(&config).map_err(fail)?;
     let shared = Arc::new(Shared {
         progress: Mutex::default(),
@@ -173,9 +196,11 @@ pub fn open(
         streams: HashMap::new(),
         sessions: HashMap::new(),
         touched: Vec::new(),
+        orphans: Vec::new(),
     };
     writer.reload().map_err(fail)?;
     writer.publish_all();
+    let orphans = std::mem::take(&mut writer.orphans);
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("tether-sqlite-writer".into())
@@ -186,6 +211,8 @@ pub fn open(
         thread: Mutex::new(Some(thread)),
         readers: Mutex::default(),
         shared,
+        orphans: Mutex::new(orphans),
+        _lock: lock,
     });
     Ok((
         SqliteEventStore {
@@ -193,6 +220,32 @@ pub fn open(
         },
         SqliteSessionStore { inner },
     ))
+}
+
+/// Takes the store's lock file (`<path>.lock`), held for as long as the store is open.
+fn lock_store(path: &Path) -> Result<std::fs::File, SqliteOpenError> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|source| SqliteOpenError::Lock {
+            path: lock_path.clone(),
+            source,
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SqliteOpenError::InUse {
+            path: path.to_owned(),
+        }),
+        Err(std::fs::TryLockError::Error(source)) => Err(SqliteOpenError::Lock {
+            path: lock_path,
+            source,
+        }),
+    }
 }
 
 fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
@@ -219,7 +272,8 @@ fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
              session TEXT NOT NULL,
              kind INTEGER NOT NULL,
              first_seq INTEGER NOT NULL,
-             completed_at INTEGER
+             completed_at INTEGER,
+             requests TEXT NOT NULL DEFAULT '[]'
          );
          CREATE INDEX IF NOT EXISTS streams_by_session ON streams (session);
          CREATE TABLE IF NOT EXISTS events (
@@ -269,6 +323,12 @@ fn unavailable(error: impl fmt::Display) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
+/// `streams.kind` of a Request stream.
+const REQUEST_KIND: i64 = 0;
+
+/// `streams.kind` of a standalone stream.
+const STANDALONE_KIND: i64 = 1;
+
 /// Most read-only connections kept for reuse.
 const MAX_IDLE_READERS: usize = 8;
 
@@ -288,6 +348,10 @@ struct Inner {
     thread: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
     shared: Arc<Shared>,
+    /// The Request streams that were incomplete when the store opened, until asked for.
+    orphans: Mutex<Vec<OrphanedStream>>,
+    /// Held while the store is open (dropped after the writer thread is joined).
+    _lock: std::fs::File,
 }
 
 /// What the writer thread publishes to the async side.
@@ -408,13 +472,16 @@ impl EventStore for SqliteEventStore {
         owner: &StreamOwner,
         kind: StreamKind,
         retry: Duration,
+        requests: &[RequestId],
     ) -> Result<StreamId, StoreError> {
         let owner = owner.clone();
+        let requests = serde_json::to_string(requests).map_err(unavailable)?;
         self.inner
             .write(|reply| Command::CreateStream {
                 owner,
                 kind,
                 retry,
+                requests,
                 reply,
             })
             .await
@@ -501,6 +568,10 @@ impl EventStore for SqliteEventStore {
         self.inner
             .write(|reply| Command::Usage { session, reply })
             .await
+    }
+
+    async fn orphaned_streams(&self) -> Result<Vec<OrphanedStream>, StoreError> {
+        Ok(std::mem::take(&mut *guard(&self.inner.orphans)))
     }
 }
 
@@ -695,6 +766,8 @@ enum Command {
         owner: StreamOwner,
         kind: StreamKind,
         retry: Duration,
+        /// The request ids, as a JSON array.
+        requests: String,
         reply: Reply<StreamId>,
     },
     Append {
@@ -796,6 +869,8 @@ struct Writer {
     sessions: HashMap<SessionId, SessionState>,
     /// Streams whose progress changed in this batch (published after commit).
     touched: Vec<StreamId>,
+    /// Incomplete Request streams found by [`Writer::reload`].
+    orphans: Vec<OrphanedStream>,
 }
 
 type Sql<T> = rusqlite::Result<T>;
@@ -914,10 +989,12 @@ impl Writer {
     fn reload(&mut self) -> Sql<()> {
         self.streams.clear();
         self.sessions.clear();
+        self.orphans.clear();
         let mut completed = Vec::new();
         {
             let mut statement = self.conn.prepare(
-                "SELECT stream, principal, session, first_seq, completed_at FROM streams",
+                "SELECT stream, principal, session, first_seq, completed_at, kind, requests
+                 FROM streams",
             )?;
             let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {
@@ -930,6 +1007,21 @@ impl Writer {
                 let principal: String = row.get(1)?;
                 let first_seq = u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0);
                 let completed_at: Option<i64> = row.get(4)?;
+                let kind: i64 = row.get(5)?;
+                let principal: Arc<str> = Arc::from(principal);
+                if kind == REQUEST_KIND && completed_at.is_none() {
+                    let requests: String = row.get(6)?;
+                    self.orphans.push(OrphanedStream {
+                        owner: StreamOwner {
+                            principal: Arc::clone(&principal),
+                            session: session.clone(),
+                        },
+                        stream,
+                        // Written by this module from `RequestId`s: unreadable only if
+                        // someone edited the file, and then there is nobody to name.
+                        requests: serde_json::from_str(&requests).unwrap_or_default(),
+                    });
+                }
                 let usage = &mut self.sessions.entry(session.clone()).or_default().usage;
                 usage.streams += 1;
                 if let Some(at) = completed_at {
@@ -939,7 +1031,7 @@ impl Writer {
                     stream,
                     StreamState {
                         session,
-                        principal: Arc::from(principal),
+                        principal,
                         first_seq,
                         next_seq: first_seq,
                         events: 0,
@@ -986,9 +1078,10 @@ impl Writer {
                 owner,
                 kind,
                 retry,
+                requests,
                 reply,
             } => {
-                let result = self.create_stream(&owner, kind, retry)?;
+                let result = self.create_stream(&owner, kind, retry, &requests)?;
                 answer(reply, result)
             }
             Command::Append {
@@ -1068,6 +1161,7 @@ impl Writer {
         owner: &StreamOwner,
         kind: StreamKind,
         retry: Duration,
+        requests: &str,
     ) -> Sql<Result<StreamId, StoreError>> {
         let stream = StreamId::generate();
         let frame = frame::priming_frame(stream, retry);
@@ -1088,19 +1182,20 @@ impl Writer {
             }
         }
         let kind = match kind {
-            StreamKind::Request => 0,
-            StreamKind::Standalone => 1,
+            StreamKind::Request => REQUEST_KIND,
+            StreamKind::Standalone => STANDALONE_KIND,
         };
         self.conn
             .prepare_cached(
-                "INSERT INTO streams (stream, principal, session, kind, first_seq, completed_at)
-                 VALUES (?1, ?2, ?3, ?4, 0, NULL)",
+                "INSERT INTO streams (stream, principal, session, kind, first_seq, completed_at, requests)
+                 VALUES (?1, ?2, ?3, ?4, 0, NULL, ?5)",
             )?
             .execute(params![
                 stream.as_str(),
                 &*owner.principal,
                 owner.session.as_str(),
-                kind
+                kind,
+                requests
             ])?;
         self.insert_event(stream, EventId::PRIMING_SEQ, &frame)?;
         let len = frame.len();
@@ -1449,7 +1544,7 @@ mod tests {
             session: SessionId::generate(),
         };
         let stream = events
-            .create_stream(&owner, StreamKind::Request, Duration::from_secs(1))
+            .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
             .await
             .unwrap();
         let pad = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2000));

@@ -4,7 +4,9 @@
 //! the backend breaks a documented invariant (the numbered list in [`crate::store`]). The
 //! factory is given the [`Caps`] the check needs, so the eviction checks can ask for tight
 //! ones; a durable backend's factory opens a new, empty store each call (a temporary database,
-//! a fresh key prefix). Run them all with [`run_all`], or one `#[tokio::test]` per check with
+//! a fresh key prefix). Durable backends also pass the durability checks (reopen loses
+//! nothing acknowledged, forgets nothing removed, and reports the orphaned Request streams),
+//! given an opener that reopens one location. Run them all with [`run_all`], or one `#[tokio::test]` per check with
 //! [`store_suite!`](crate::store_suite), which names failures by check.
 //!
 //! This module owns what "correct" means for a store; it does not own retention timing, which
@@ -17,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tether_proto::ids::{EventId, SessionId, StreamId};
+use tether_proto::jsonrpc::RequestId;
 use tether_proto::version::ProtocolVersion;
 use tokio::time::timeout;
 
@@ -99,6 +102,15 @@ macro_rules! __store_suite_expand {
         $( $crate::store::suite::$event_check($new_events).await; )*
         $( $crate::store::suite::$session_check($new_sessions).await; )*
     };
+    (durable_tests ($new_opener:expr) [$($check:ident),* $(,)?]) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let open = $new_opener();
+                $crate::store::suite::$check(&open).await;
+            }
+        )*
+    };
     (tests ($new_events:expr, $new_sessions:expr)
         events: [$($event_check:ident),* $(,)?]
         sessions: [$($session_check:ident),* $(,)?]) => {
@@ -126,8 +138,24 @@ macro_rules! __store_suite_expand {
 /// async fn new_sessions() -> Arc<dyn SessionStore> { /* a fresh, empty store */ }
 /// tether::store_suite!(new_events, new_sessions);
 /// ```
+///
+/// A backend that outlives its process adds the durability checks, given a function that
+/// makes an opener for a new, empty location (a temporary file, a fresh key prefix); each
+/// call of the opener opens that same location again:
+///
+/// ```ignore
+/// fn new_opener() -> impl AsyncFn() -> suite::Stores { /* opens one location */ }
+/// tether::store_suite!(durable new_opener);
+/// ```
 #[macro_export]
 macro_rules! store_suite {
+    (durable $new_opener:expr $(,)?) => {
+        $crate::__store_suite_expand!(durable_tests ($new_opener) [
+            reopen_loses_nothing_acknowledged,
+            reopen_reports_orphaned_request_streams_once,
+            reopen_keeps_removals,
+        ]);
+    };
     ($new_events:expr, $new_sessions:expr $(,)?) => {
         $crate::__store_suite_checks!(tests $new_events, $new_sessions);
     };
@@ -141,6 +169,18 @@ where
     S: AsyncFn() -> Arc<dyn SessionStore>,
 {
     crate::__store_suite_checks!(run new_events, new_sessions);
+}
+
+/// Runs every durability check in turn, each on a new location from `new_opener`; panics at
+/// the first failure.
+pub async fn run_durable<N, O>(new_opener: N)
+where
+    N: Fn() -> O,
+    O: AsyncFn() -> Stores,
+{
+    reopen_loses_nothing_acknowledged(&new_opener()).await;
+    reopen_reports_orphaned_request_streams_once(&new_opener()).await;
+    reopen_keeps_removals(&new_opener()).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -175,7 +215,7 @@ fn message_frame(id: EventId, json: &[u8]) -> Vec<u8> {
 
 async fn create(events: &dyn EventStore, owner: &StreamOwner) -> StreamId {
     events
-        .create_stream(owner, StreamKind::Request, RETRY)
+        .create_stream(owner, StreamKind::Request, RETRY, &[])
         .await
         .expect("create_stream")
 }
@@ -327,7 +367,12 @@ pub async fn priming_event_is_seq_zero_with_retry<E: AsyncFn(Caps) -> Arc<dyn Ev
     let events = new_events(Caps::ROOMY).await;
     let owner = fresh_owner();
     let stream = events
-        .create_stream(&owner, StreamKind::Standalone, Duration::from_millis(1500))
+        .create_stream(
+            &owner,
+            StreamKind::Standalone,
+            Duration::from_millis(1500),
+            &[],
+        )
         .await
         .expect("create_stream");
     let batch = read_all(&*events, &owner, stream).await.expect("read");
@@ -441,7 +486,7 @@ pub async fn wait_wakes_on_remove_session<E: AsyncFn(Caps) -> Arc<dyn EventStore
     let events = new_events(Caps::ROOMY).await;
     let owner = fresh_owner();
     let stream = events
-        .create_stream(&owner, StreamKind::Standalone, RETRY)
+        .create_stream(&owner, StreamKind::Standalone, RETRY, &[])
         .await
         .expect("create_stream");
     let waiter = start_waiter(&events, stream, 0).await;
@@ -856,7 +901,7 @@ pub async fn stream_cap_evicts_completed_then_refuses<E: AsyncFn(Caps) -> Arc<dy
     let b = create(&*events, &owner).await;
     let c = create(&*events, &owner).await;
     let full = events
-        .create_stream(&owner, StreamKind::Request, RETRY)
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
         .await;
     assert_eq!(full, Err(StoreError::TooManyStreams));
     // Other sessions have their own cap.
@@ -876,7 +921,7 @@ pub async fn stream_cap_evicts_completed_then_refuses<E: AsyncFn(Caps) -> Arc<dy
     let usage = events.usage(&owner.session).await.expect("usage");
     assert_eq!(usage.streams, 3);
     let full = events
-        .create_stream(&owner, StreamKind::Request, RETRY)
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
         .await;
     assert_eq!(full, Err(StoreError::TooManyStreams));
 }
@@ -1013,5 +1058,205 @@ pub async fn sessions_touch_postpones_idle_expiry<S: AsyncFn() -> Arc<dyn Sessio
     assert!(
         sessions.expire_idle(IDLE).await.expect("expire").is_empty(),
         "expired sessions are gone"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durability checks (backends that outlive their process)
+
+/// Both halves of a store, as a durable backend's opener returns them.
+pub type Stores = (Arc<dyn EventStore>, Arc<dyn SessionStore>);
+
+/// Every event and session acknowledged before the store is closed is there, byte for byte,
+/// after it is reopened; completion survives; appends carry on at the next seq and wake
+/// waiters on streams from before the reopen.
+pub async fn reopen_loses_nothing_acknowledged<O: AsyncFn() -> Stores>(open: &O) {
+    const N: usize = 300;
+    let owner = fresh_owner();
+    let record = SessionRecord {
+        id: owner.session.clone(),
+        version: ProtocolVersion::LATEST,
+        principal: Arc::clone(&owner.principal),
+        standalone: StreamId::generate(),
+    };
+    let (live, done, before_live, before_done) = {
+        let (events, sessions) = open().await;
+        sessions.insert(record.clone()).await.expect("insert");
+        let live = events
+            .create_stream(&owner, StreamKind::Standalone, RETRY, &[])
+            .await
+            .expect("create_stream");
+        let done = create(&*events, &owner).await;
+        // Concurrent appenders, as a server has them: each acknowledged append must survive.
+        let appenders: Vec<_> = (0..4)
+            .map(|task| {
+                let events = Arc::clone(&events);
+                tokio::spawn(async move {
+                    for n in 0..N / 4 {
+                        events
+                            .append(live, &message("reopen", task * N + n))
+                            .await
+                            .expect("append");
+                    }
+                })
+            })
+            .collect();
+        for appender in appenders {
+            appender.await.expect("appender");
+        }
+        append(&*events, done, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).await;
+        events.complete(done).await.expect("complete");
+        let before_live = read_all(&*events, &owner, live).await.expect("read");
+        let before_done = read_all(&*events, &owner, done).await.expect("read");
+        (live, done, before_live, before_done)
+        // Both halves dropped here: the store is closed.
+    };
+    assert_eq!(before_live.events.len(), N + 1);
+
+    let (events, sessions) = open().await;
+    let after_live = read_all(&*events, &owner, live).await.expect("read");
+    assert_eq!(after_live, before_live, "identical events after reopen");
+    let after_done = read_all(&*events, &owner, done).await.expect("read");
+    assert_eq!(after_done, before_done);
+    assert!(after_done.complete, "completion survives");
+    assert_eq!(sessions.get(&record.id).await.expect("get"), Some(record));
+    assert_eq!(sessions.count().await.expect("count"), 1);
+    let foreign = StreamOwner {
+        principal: Arc::from("mallory"),
+        session: owner.session.clone(),
+    };
+    assert_eq!(
+        read_all(&*events, &foreign, live).await,
+        Err(StoreError::UnknownStream),
+        "ownership survives"
+    );
+
+    let id = append(&*events, live, &message("reopen", 9999)).await;
+    assert_eq!(id.seq, N as u64 + 1, "appends carry on at the next seq");
+    assert_eq!(events.append(done, b"{}").await, Err(StoreError::Completed));
+    let usage = events.usage(&owner.session).await.expect("usage");
+    assert_eq!((usage.streams, usage.events), (2, (N + 2) + 2));
+    let waiter = start_waiter(&events, live, id.seq).await;
+    append(&*events, live, &message("reopen", 10_000)).await;
+    assert_waiter_returns(waiter, false, "append after reopen").await;
+}
+
+/// A Request stream left incomplete when the store closed is reported by
+/// `orphaned_streams` after the reopen, once, with its owner and request ids; completed
+/// streams, standalone streams and streams of removed sessions are not. A store that was
+/// never closed has none.
+pub async fn reopen_reports_orphaned_request_streams_once<O: AsyncFn() -> Stores>(open: &O) {
+    let owner = fresh_owner();
+    let gone = fresh_owner();
+    let requests = [RequestId::from(7_i64), RequestId::from("seven")];
+    let orphan = {
+        let (events, _sessions) = open().await;
+        assert_eq!(
+            events.orphaned_streams().await.expect("orphans"),
+            [],
+            "a new store has no orphans"
+        );
+        events
+            .create_stream(&owner, StreamKind::Standalone, RETRY, &[])
+            .await
+            .expect("create_stream");
+        let orphan = events
+            .create_stream(&owner, StreamKind::Request, RETRY, &requests)
+            .await
+            .expect("create_stream");
+        append(&*events, orphan, &message("orphan", 1)).await;
+        let finished = events
+            .create_stream(
+                &owner,
+                StreamKind::Request,
+                RETRY,
+                &[RequestId::from(8_i64)],
+            )
+            .await
+            .expect("create_stream");
+        append(
+            &*events,
+            finished,
+            br#"{"jsonrpc":"2.0","id":8,"result":{}}"#,
+        )
+        .await;
+        events.complete(finished).await.expect("complete");
+        events
+            .create_stream(&gone, StreamKind::Request, RETRY, &[RequestId::from(9_i64)])
+            .await
+            .expect("create_stream");
+        events.remove_session(&gone.session).await.expect("remove");
+        assert_eq!(
+            events.orphaned_streams().await.expect("orphans"),
+            [],
+            "streams of this process are not orphans"
+        );
+        orphan
+    };
+
+    let (events, _sessions) = open().await;
+    let orphans = events.orphaned_streams().await.expect("orphans");
+    assert_eq!(
+        orphans,
+        [super::OrphanedStream {
+            owner: owner.clone(),
+            stream: orphan,
+            requests: requests.to_vec(),
+        }]
+    );
+    assert_eq!(
+        events.orphaned_streams().await.expect("orphans"),
+        [],
+        "each orphan is reported once"
+    );
+    // What it stored stays readable, and it can still be answered and completed.
+    let batch = read_all(&*events, &owner, orphan).await.expect("read");
+    assert_eq!(seqs(&batch.events), [0, 1]);
+    assert!(!batch.complete);
+    append(
+        &*events,
+        orphan,
+        br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32603,"message":"x"}}"#,
+    )
+    .await;
+    events.complete(orphan).await.expect("complete");
+    drop((events, _sessions));
+    let (events, _sessions) = open().await;
+    assert_eq!(
+        events.orphaned_streams().await.expect("orphans"),
+        [],
+        "a completed orphan stays completed"
+    );
+}
+
+/// A session removed before the store closed stays removed: its record and streams do not
+/// come back with the reopen.
+pub async fn reopen_keeps_removals<O: AsyncFn() -> Stores>(open: &O) {
+    let owner = fresh_owner();
+    let record = SessionRecord {
+        id: owner.session.clone(),
+        version: ProtocolVersion::LATEST,
+        principal: Arc::clone(&owner.principal),
+        standalone: StreamId::generate(),
+    };
+    let stream = {
+        let (events, sessions) = open().await;
+        sessions.insert(record.clone()).await.expect("insert");
+        let stream = create(&*events, &owner).await;
+        append(&*events, stream, &message("removed", 1)).await;
+        events.remove_session(&owner.session).await.expect("remove");
+        assert!(sessions.remove(&record.id).await.expect("remove"));
+        stream
+    };
+    let (events, sessions) = open().await;
+    assert_eq!(sessions.get(&record.id).await.expect("get"), None);
+    assert_eq!(sessions.count().await.expect("count"), 0);
+    assert_eq!(
+        read_all(&*events, &owner, stream).await,
+        Err(StoreError::UnknownStream)
+    );
+    assert_eq!(
+        events.usage(&owner.session).await.expect("usage"),
+        SessionUsage::default()
     );
 }

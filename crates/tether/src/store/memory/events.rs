@@ -18,6 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use tether_proto::ids::{EventId, SessionId, StreamId};
+use tether_proto::jsonrpc::RequestId;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -25,7 +26,8 @@ use tokio::time::Instant;
 use super::{MemoryStoreConfig, guard};
 use crate::store::frame;
 use crate::store::{
-    EventStore, ReadBatch, SessionUsage, StoreError, StoredEvent, StreamKind, StreamOwner,
+    EventStore, OrphanedStream, ReadBatch, SessionUsage, StoreError, StoredEvent, StreamKind,
+    StreamOwner,
 };
 
 /// The in-process [`EventStore`]: fast, bounded, and gone with the process.
@@ -125,6 +127,8 @@ impl EventStore for MemoryEventStore {
         // Both kinds are stored alike: a standalone stream is one the server never completes.
         _kind: StreamKind,
         retry: Duration,
+        // Nothing here outlives the process, so nothing can be orphaned: no need to keep them.
+        _requests: &[RequestId],
     ) -> Result<StreamId, StoreError> {
         let shared = &*self.shared;
         let stream = StreamId::generate();
@@ -296,6 +300,11 @@ impl EventStore for MemoryEventStore {
         // Through `lock`, so streams past their retention are not counted.
         let usage = shared.lock(&shard, Instant::now()).state.usage;
         Ok(usage)
+    }
+
+    async fn orphaned_streams(&self) -> Result<Vec<OrphanedStream>, StoreError> {
+        // Its streams die with the process that could have completed them.
+        Ok(Vec::new())
     }
 }
 
