@@ -7,13 +7,23 @@
 //! [`Server::serve`] until SIGINT or SIGTERM, then shuts down gracefully and exits 0. It holds
 //! no server logic: everything here is a library call a user can make too.
 //!
-//! Flags whose features arrive with later issues (the SQLite and Redis stores, bearer
-//! authentication, the conformance fixtures, gateway mode) are accepted by
-//! the parser so that `--help` shows the whole contract, and refused before anything is bound
-//! with a "not yet supported" usage error (exit 2) naming the flag.
+//! The store is SQLite by default, at `<data dir>/tether.db`, so sessions and events survive a
+//! restart; the data dir is `$TETHER_DATA_DIR`, else `$XDG_DATA_HOME/tether`, else
+//! `~/.local/share/tether`, created if missing and named in the log. On start the server
+//! answers the requests a killed predecessor left unanswered ([`Server::serve`]).
+//!
+//! Flags whose features arrive with later issues (the Redis store, bearer authentication, the
+//! conformance fixtures, gateway mode) are accepted by the parser so that `--help` shows the
+//! whole contract, and refused before anything is bound with a "not yet supported" usage
+//! error (exit 2) naming the flag.
 
 use std::{
-    ffi::OsString, io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc,
+    ffi::OsString,
+    io::Write as _,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::Arc,
     time::Duration,
 };
 
@@ -21,6 +31,7 @@ use anyhow::{Context as _, bail};
 use tether::{
     demo::DemoHandler,
     server::{Server, ServerConfig},
+    store::{EventStore, SessionStore, sqlite},
 };
 use tokio::{net::TcpListener, sync::oneshot};
 use tracing::{error, info};
@@ -35,6 +46,12 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The `Host` allow-list entry that accepts any host.
 const ANY_HOST: &str = "*";
+
+/// The environment variable that names the data directory (the default store's home).
+const DATA_DIR_ENV: &str = "TETHER_DATA_DIR";
+
+/// The default store's file name inside the data directory (CONTRACTS.md).
+const DEFAULT_DB_FILE: &str = "tether.db";
 
 /// How long the runtime may take to drop its remaining tasks after `serve` returned.
 const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
@@ -51,9 +68,11 @@ pub(crate) struct ServeArgs {
     path: String,
 
     /// Where sessions and events are kept: `memory`, `sqlite:PATH` or
-    /// `redis://HOST:PORT[/DB]` (only `memory` so far).
-    #[arg(long, value_name = "STORE", default_value = "memory", value_parser = parse_store)]
-    store: StoreSpec,
+    /// `redis://HOST:PORT[/DB]` (not yet supported). Default: `sqlite:<data dir>/tether.db`,
+    /// the data dir being $TETHER_DATA_DIR, else $XDG_DATA_HOME/tether, else
+    /// ~/.local/share/tether.
+    #[arg(long, value_name = "STORE", value_parser = parse_store)]
+    store: Option<StoreSpec>,
 
     /// The SSE `retry` (milliseconds) sent on every stream: how long clients wait before
     /// reconnecting.
@@ -185,17 +204,11 @@ impl ServeArgs {
                 "{what} is not yet supported: it arrives with {arrives}"
             )))
         };
-        match &self.store {
-            StoreSpec::Memory => {}
-            StoreSpec::Sqlite(_) => {
-                return refuse(
-                    "--store sqlite:PATH",
-                    "the SQLite store (use --store memory)",
-                );
-            }
-            StoreSpec::Redis(_) => {
-                return refuse("--store redis://…", "the Redis store (use --store memory)");
-            }
+        if let Some(StoreSpec::Redis(_)) = &self.store {
+            return refuse(
+                "--store redis://…",
+                "the Redis store (use --store memory or sqlite:PATH)",
+            );
         }
         if self.auth_token_file.is_some() {
             return refuse("--auth-token-file", "bearer authentication");
@@ -231,17 +244,65 @@ impl ServeArgs {
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     args.check_supported()?;
     let config = args.server_config();
+    let store = match args.store.clone() {
+        Some(store) => store,
+        None => StoreSpec::Sqlite(default_database()?),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(serve(&args.bind, config));
+    let result = runtime.block_on(serve(&args.bind, config, &store));
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     result.map(|()| ExitCode::SUCCESS)
 }
 
+/// `<data dir>/tether.db`, creating the data dir.
+fn default_database() -> anyhow::Result<PathBuf> {
+    let non_empty = |key: &str| std::env::var_os(key).filter(|value| !value.is_empty());
+    let dir = if let Some(dir) = non_empty(DATA_DIR_ENV) {
+        PathBuf::from(dir)
+    } else if let Some(dir) = non_empty("XDG_DATA_HOME").filter(|dir| Path::new(dir).is_absolute())
+    {
+        PathBuf::from(dir).join("tether")
+    } else if let Some(home) = non_empty("HOME") {
+        PathBuf::from(home).join(".local/share/tether")
+    } else {
+        bail!("no data directory: set {DATA_DIR_ENV} or HOME, or pass --store");
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("creating the data directory {}", dir.display()))?;
+    info!(data_dir = %dir.display(), "data directory");
+    Ok(dir.join(DEFAULT_DB_FILE))
+}
+
+/// The server over the store `spec` names, serving the demo.
+fn build_server(spec: &StoreSpec, config: ServerConfig) -> anyhow::Result<Server> {
+    let handler = Arc::new(DemoHandler::new());
+    match spec {
+        StoreSpec::Memory => Ok(Server::with_memory_stores(config, handler)),
+        StoreSpec::Sqlite(path) => {
+            let (events, sessions) = sqlite::open(sqlite::SqliteStoreConfig::new(path))
+                .with_context(|| format!("opening the store {}", path.display()))?;
+            let events: Arc<dyn EventStore> = Arc::new(events);
+            let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
+            Ok(Server::new(config, handler, events, sessions))
+        }
+        StoreSpec::Redis(_) => unreachable!("refused by check_supported"),
+    }
+}
+
+/// How the log names a store.
+fn describe(spec: &StoreSpec) -> String {
+    match spec {
+        StoreSpec::Memory => "memory".to_owned(),
+        StoreSpec::Sqlite(path) => format!("sqlite:{}", path.display()),
+        StoreSpec::Redis(url) => url.clone(),
+    }
+}
+
 /// Binds `bind`, announces the URL and serves the demo until a signal stops it.
-async fn serve(bind: &str, mut config: ServerConfig) -> anyhow::Result<()> {
+async fn serve(bind: &str, mut config: ServerConfig, store: &StoreSpec) -> anyhow::Result<()> {
     // Before the ready line: a SIGTERM that follows it at once must take the graceful path,
     // not the default action (death by signal, no exit 0).
     let mut signals = Signals::new().context("installing signal handlers")?;
@@ -257,10 +318,16 @@ async fn serve(bind: &str, mut config: ServerConfig) -> anyhow::Result<()> {
         config.allowed_hosts = vec![ANY_HOST.to_owned()];
     }
     let url = endpoint_url(local, &config.path);
-    let server = Server::with_memory_stores(config, Arc::new(DemoHandler::new()));
+    let server = build_server(store, config)?;
+    // Before the ready line: a client that connects at once must find the requests a killed
+    // predecessor left unanswered already answered.
+    let orphans = server
+        .answer_orphans()
+        .await
+        .context("answering requests left unanswered by the previous process")?;
 
     announce(&url)?;
-    info!(%url, store = "memory", demo = "count", "tether serve ready");
+    info!(%url, store = %describe(store), demo = "count", orphaned_streams = orphans.streams, "tether serve ready");
 
     let (stop, stopped) = oneshot::channel::<()>();
     let serving = server.serve(listener, async move {

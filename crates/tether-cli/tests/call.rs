@@ -224,7 +224,13 @@ async fn usage_errors_exit_2() {
 
 #[tokio::test]
 async fn a_session_gone_at_resume_exits_4() {
-    let mut server = start_server().await.unwrap();
+    // In memory, so that the restarted server has forgotten the session.
+    let mut server = ServerSpec::tether_serve()
+        .unwrap()
+        .args(["--store", "memory"])
+        .start()
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("call.token");
     kill_after_token_advanced(server.url(), 1000, &token_file).await;
@@ -234,6 +240,30 @@ async fn a_session_gone_at_resume_exits_4() {
         .await
         .unwrap();
     assert_eq!(output.status.code(), Some(4), "{}", describe(&output));
+}
+
+/// On the default (SQLite) store the session survives a SIGKILL of the server; the call that
+/// was running did not, and `tether call --resume` reports the server's answer saying so.
+#[tokio::test]
+async fn a_call_killed_with_the_server_resumes_into_its_restart_error() {
+    let mut server = start_server().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("call.token");
+    kill_after_token_advanced(server.url(), 1000, &token_file).await;
+    server.restart().await.unwrap();
+    let output = run_call(&["--resume", token_file.to_str().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    // The resumed call keeps the original's `--json`: its last line is the answer.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last["error"]["data"]["reason"],
+        "server_restarted",
+        "{}",
+        describe(&output)
+    );
 }
 
 #[tokio::test]

@@ -17,8 +17,11 @@ const REFUSAL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Runs `tether ARGS` to completion (killed after [`REFUSAL_TIMEOUT`]).
 async fn run_tether(args: &[&str]) -> anyhow::Result<Output> {
+    // Never the user's data dir, even when a flag is wrongly accepted.
+    let data_dir = tempfile::tempdir()?;
     let child = tokio::process::Command::new(tether_bin()?)
         .args(args)
+        .env("TETHER_DATA_DIR", data_dir.path())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -209,8 +212,7 @@ async fn endpoint_flags_shape_the_server() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn unsupported_flags_exit_two_naming_the_flag() -> anyhow::Result<()> {
-    let cases: [(&[&str], &str); 5] = [
-        (&["--store", "sqlite:/tmp/tether-test.db"], "--store sqlite"),
+    let cases: [(&[&str], &str); 4] = [
         (&["--store", "redis://127.0.0.1:6379/0"], "--store redis"),
         (
             &["--auth-token-file", "/nonexistent/tokens"],

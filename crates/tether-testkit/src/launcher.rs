@@ -106,6 +106,8 @@ pub struct ServerSpec {
     ready_timeout: Duration,
     terminate_timeout: Duration,
     log_lines: usize,
+    /// A private data directory, removed when the last clone of the spec is dropped.
+    data_dir: Option<Arc<tempfile::TempDir>>,
 }
 
 impl ServerSpec {
@@ -121,13 +123,30 @@ impl ServerSpec {
             ready_timeout: DEFAULT_READY_TIMEOUT,
             terminate_timeout: DEFAULT_TERMINATE_TIMEOUT,
             log_lines: DEFAULT_LOG_LINES,
+            data_dir: None,
         }
     }
 
     /// `tether serve` from this workspace's build (see [`tether_bin`]); add options with
-    /// [`arg`](Self::arg).
+    /// [`arg`](Self::arg). Its data directory (`TETHER_DATA_DIR`, home of the default SQLite
+    /// store) is a private temporary one, the same across [`ServerProcess::restart`], so
+    /// tests never share a store or touch the user's.
     pub fn tether_serve() -> anyhow::Result<Self> {
-        Ok(Self::new(tether_bin()?).arg("serve"))
+        let data_dir = tempfile::Builder::new()
+            .prefix("tether-data-")
+            .tempdir()
+            .context("creating a data directory")?;
+        let mut spec = Self::new(tether_bin()?)
+            .arg("serve")
+            .env("TETHER_DATA_DIR", data_dir.path());
+        spec.data_dir = Some(Arc::new(data_dir));
+        Ok(spec)
+    }
+
+    /// The private data directory of a [`tether_serve`](Self::tether_serve) spec.
+    #[must_use]
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.data_dir.as_deref().map(tempfile::TempDir::path)
     }
 
     /// Adds one argument (before the appended `--bind ADDR`).

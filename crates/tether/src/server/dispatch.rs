@@ -170,9 +170,15 @@ async fn answer_sse(
     runtime: &Arc<SessionRuntime>,
     jobs: Vec<Job>,
 ) -> Result<Response, ServerError> {
+    let requests: Vec<RequestId> = jobs.iter().map(|job| job.request.id.clone()).collect();
     let stream = shared
         .events
-        .create_stream(runtime.owner(), StreamKind::Request, shared.config.retry)
+        .create_stream(
+            runtime.owner(),
+            StreamKind::Request,
+            shared.config.retry,
+            &requests,
+        )
         .await?;
     if runtime.is_closed() {
         // DELETE or expiry raced this request: free what was just created for the dead

@@ -220,7 +220,7 @@ impl Shared {
         };
         let standalone = self
             .events
-            .create_stream(&owner, StreamKind::Standalone, self.config.retry)
+            .create_stream(&owner, StreamKind::Standalone, self.config.retry, &[])
             .await?;
         let record = SessionRecord {
             id: id.clone(),
@@ -486,7 +486,11 @@ async fn initialize(
     if let Some(instructions) = info.instructions {
         result["instructions"] = Value::String(instructions);
     }
-    let response = Message::Response(tether_proto::jsonrpc::Response::success(request.id, result));
+    let request_id = request.id;
+    let response = Message::Response(tether_proto::jsonrpc::Response::success(
+        request_id.clone(),
+        result,
+    ));
     let session_header = HeaderValue::from_str(runtime.record().id.as_str())
         .expect("generated session ids are visible ASCII");
     match kind {
@@ -495,7 +499,12 @@ async fn initialize(
             let stream = async {
                 let stream = shared
                     .events
-                    .create_stream(runtime.owner(), StreamKind::Request, shared.config.retry)
+                    .create_stream(
+                        runtime.owner(),
+                        StreamKind::Request,
+                        shared.config.retry,
+                        std::slice::from_ref(&request_id),
+                    )
                     .await?;
                 runtime.append(stream, &response).await?;
                 shared.events.complete(stream).await?;

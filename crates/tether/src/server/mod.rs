@@ -10,7 +10,8 @@
 //! Inside: `endpoint` validates requests and manages sessions, `dispatch` runs requests and
 //! routes their responses, `context` is what handlers emit through, `writer` is the one SSE
 //! writer loop, `error` maps every refusal to its status and body, `origin` is the
-//! DNS-rebinding check, `session` the per-session runtime state. Stores are [`crate::store`]'s;
+//! DNS-rebinding check, `session` the per-session runtime state, `orphans` the answers to
+//! requests an earlier process left unanswered. Stores are [`crate::store`]'s;
 //! JSON-RPC, versions, headers and ids are [`tether_proto`]'s; SSE framing is [`tether_sse`]'s.
 
 pub mod context;
@@ -19,6 +20,7 @@ mod endpoint;
 pub mod error;
 pub mod handler;
 mod origin;
+mod orphans;
 mod session;
 mod writer;
 
@@ -39,9 +41,10 @@ pub use context::{ContextError, LogLevel, RequestContext, SessionContext, Unknow
 pub use dispatch::CANCEL_GRACE;
 pub use error::{ResumeRefusal, ServerError};
 pub use handler::{Handler, ServerInfo};
+pub use orphans::{OrphanReport, SERVER_RESTARTED_REASON};
 
 use crate::store::{
-    EventStore, MemoryEventStore, MemorySessionStore, MemoryStoreConfig, SessionStore,
+    EventStore, MemoryEventStore, MemorySessionStore, MemoryStoreConfig, SessionStore, StoreError,
 };
 use endpoint::Shared;
 
@@ -252,6 +255,22 @@ impl Server {
             .expect("checked to be visible ASCII")
     }
 
+    /// Answers the requests an earlier process left unanswered in the event store: each gets a
+    /// JSON-RPC error (code -32603, `data.reason` [`SERVER_RESTARTED_REASON`]) on its stream,
+    /// which is then completed, so a client resuming it is not left waiting. [`serve`] does
+    /// this before accepting connections; call it yourself before serving
+    /// [`router`](Self::router) over a durable store. Reports each stream once, so calling it
+    /// again does nothing.
+    ///
+    /// # Errors
+    ///
+    /// When the store is unavailable.
+    ///
+    /// [`serve`]: Self::serve
+    pub async fn answer_orphans(&self) -> Result<OrphanReport, StoreError> {
+        orphans::answer_orphans(&*self.shared.events).await
+    }
+
     /// The endpoint as an axum router: POST, GET and DELETE on the configured path and
     /// `GET /healthz`, every response carrying `Tether-Node`. Mount it in an application's
     /// router with `Router::merge`, or use it directly as a tower `Service`.
@@ -279,15 +298,28 @@ impl Server {
     /// Serves on `listener` until `shutdown` completes, then shuts down gracefully: stops
     /// accepting, ends every open stream after a `retry` field (clients come back when the
     /// server is up again and resume), waits for in-flight answers to finish, and returns.
+    /// Before the first connection is accepted, requests an earlier process left unanswered
+    /// are answered ([`answer_orphans`](Self::answer_orphans)).
     ///
     /// # Errors
     ///
-    /// Only what axum's `serve` reports (in practice none: accept errors are retried).
+    /// When the store is unavailable at start; otherwise only what axum's `serve` reports (in
+    /// practice none: accept errors are retried).
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let orphans = self.answer_orphans().await.map_err(|error| {
+            std::io::Error::other(format!("answering orphaned requests: {error}"))
+        })?;
+        if orphans.streams > 0 {
+            tracing::info!(
+                streams = orphans.streams,
+                requests = orphans.requests,
+                "answered requests left unanswered by an earlier process"
+            );
+        }
         self.shared.ensure_sweeper();
         let token = self.shared.shutdown.clone();
         if let Ok(addr) = listener.local_addr() {
