@@ -37,19 +37,20 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tether_proto::headers::{
     self, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, ResponseKind, is_json_content_type,
     parse_last_event_id, server_accepts,
 };
 use tether_proto::ids::SessionId;
 use tether_proto::jsonrpc::{
-    Batching, Body as RpcBody, Message, Request as RpcRequest, parse_body,
+    Batching, Body as RpcBody, Message, Request as RpcRequest, Response as RpcResponse, parse_body,
 };
 use tether_proto::version::{ProtocolVersion, check_header, negotiate};
 use tokio_util::sync::CancellationToken;
 
 use super::ServerConfig;
+use super::context::SessionContext;
 use super::dispatch;
 use super::error::{ResumeRefusal, ServerError};
 use super::handler::Handler;
@@ -64,6 +65,10 @@ use crate::store::{
 /// The sweeper looks for idle sessions this often relative to `session_idle`, so a session
 /// ends at most a quarter past its idle time.
 const SWEEPS_PER_IDLE_PERIOD: u32 = 4;
+
+/// How often the server asks its store for streams orphaned by another process (a dead node
+/// of a shared store): a small fraction of a node lease, and a cheap call for every store.
+const ORPHAN_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Lower bound of the sweep period: short idle times (tests) must not spin the sweeper.
 const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(10);
 /// Upper bound of the sweep period: with the default 30-minute idle time, expired sessions'
@@ -191,6 +196,11 @@ impl Shared {
         if &*record.principal != principal {
             return Err(ServerError::SessionNotFound);
         }
+        if !self.handler.session_alive(&id) {
+            tracing::info!(session = %id, "session ended: the handler can no longer serve it");
+            self.terminate(&id).await?;
+            return Err(ServerError::SessionNotFound);
+        }
         self.sessions.touch(&id).await?;
         let runtime = {
             let mut runtimes = lock(&self.runtimes);
@@ -244,6 +254,7 @@ impl Shared {
         let runtime = lock(&self.runtimes).remove(id);
         if let Some(runtime) = runtime {
             runtime.close();
+            self.handler.session_closed(id);
         }
     }
 
@@ -269,16 +280,44 @@ impl Shared {
         let shutdown = self.shutdown.clone();
         let interval = (self.config.session_idle / SWEEPS_PER_IDLE_PERIOD)
             .clamp(MIN_SWEEP_INTERVAL, MAX_SWEEP_INTERVAL);
+        tokio::spawn({
+            let weak = weak.clone();
+            let shutdown = shutdown.clone();
+            async move {
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(interval) => {}
+                    }
+                    let Some(shared) = weak.upgrade() else { break };
+                    shared.sweep().await;
+                }
+            }
+        });
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(interval) => {}
+                    () = tokio::time::sleep(ORPHAN_POLL_INTERVAL) => {}
                 }
                 let Some(shared) = weak.upgrade() else { break };
-                shared.sweep().await;
+                shared.answer_orphans().await;
             }
         });
+    }
+
+    /// Answers the streams the store reports orphaned since the last look (with a shared
+    /// store, those of a node whose lease ran out).
+    async fn answer_orphans(&self) {
+        match super::orphans::answer_orphans(&*self.events).await {
+            Ok(report) if report.streams > 0 => tracing::info!(
+                streams = report.streams,
+                requests = report.requests,
+                "answered requests another process left unanswered"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "looking for orphaned streams failed"),
+        }
     }
 
     /// One sweep: sessions with requests running or connections open are kept alive (a long
@@ -477,24 +516,29 @@ async fn initialize(
         .unwrap_or_default();
     let version = negotiate(requested);
     let runtime = shared.create_session(version, principal).await?;
-    let info = shared.handler.server_info();
-    let mut result = json!({
-        "protocolVersion": version.as_str(),
-        "capabilities": info.capabilities,
-        "serverInfo": {"name": info.name, "version": info.version},
-    });
-    if let Some(instructions) = info.instructions {
-        result["instructions"] = Value::String(instructions);
-    }
+    let session = SessionContext::new(Arc::clone(&runtime));
+    let answer = shared.handler.initialize(&request, session).await;
     let request_id = request.id;
-    let response = Message::Response(tether_proto::jsonrpc::Response::success(
-        request_id.clone(),
-        result,
-    ));
-    let session_header = HeaderValue::from_str(runtime.record().id.as_str())
-        .expect("generated session ids are visible ASCII");
+    let (response, session_header) = match answer {
+        Ok(result) => {
+            let header = HeaderValue::from_str(runtime.record().id.as_str())
+                .expect("generated session ids are visible ASCII");
+            (
+                RpcResponse::success(request_id.clone(), result),
+                Some(header),
+            )
+        }
+        Err(error) => {
+            tracing::warn!(session = %runtime.record().id, error = %error.message, "initialize refused by the handler");
+            // The client never learns the session id: nobody could use or delete it.
+            shared.terminate(&runtime.record().id).await?;
+            let response = RpcResponse::error(Some(request_id), error);
+            return Ok(json_response(Message::Response(response).to_vec(), None));
+        }
+    };
+    let response = Message::Response(response);
     match kind {
-        ResponseKind::Json => Ok(json_response(response.to_vec(), Some(session_header))),
+        ResponseKind::Json => Ok(json_response(response.to_vec(), session_header)),
         ResponseKind::EventStream => {
             let stream = async {
                 let stream = shared
@@ -514,7 +558,7 @@ async fn initialize(
             match stream {
                 Ok(stream) => Ok(shared
                     .writer(&runtime, stream, Start::Fresh { cursor: 0 })
-                    .into_response(Some(session_header))),
+                    .into_response(session_header)),
                 Err(error) => {
                     // The client never learnt the session id: nobody can use or delete it.
                     let _ = shared.terminate(&runtime.record().id).await;

@@ -8,7 +8,8 @@
 //! The handler never sees HTTP, sessions' wire details, or SSE.
 
 use async_trait::async_trait;
-use serde_json::Value;
+use serde_json::{Value, json};
+use tether_proto::ids::SessionId;
 use tether_proto::jsonrpc::{ErrorObject, Notification, Request};
 
 pub use super::context::{RequestContext, SessionContext};
@@ -26,13 +27,66 @@ pub struct ServerInfo {
     pub instructions: Option<String>,
 }
 
+impl ServerInfo {
+    /// The `initialize` result announcing this server at `session`'s negotiated version.
+    #[must_use]
+    pub fn initialize_result(&self, session: &SessionContext) -> Value {
+        let mut result = json!({
+            "protocolVersion": session.protocol_version().as_str(),
+            "capabilities": self.capabilities,
+            "serverInfo": {"name": self.name, "version": self.version},
+        });
+        if let Some(instructions) = &self.instructions {
+            result["instructions"] = Value::String(instructions.clone());
+        }
+        result
+    }
+}
+
 /// An MCP server's behaviour. The transport handles `initialize` (version negotiation,
 /// session creation), `ping` and `notifications/initialized` and `notifications/cancelled`
 /// itself; everything else reaches the handler.
+///
+/// The session hooks ([`initialize`](Handler::initialize),
+/// [`session_alive`](Handler::session_alive), [`session_closed`](Handler::session_closed),
+/// [`shutdown`](Handler::shutdown)) have defaults that suit a handler without per-session
+/// state; a handler that keeps some (the stdio gateway runs a process per session) uses them
+/// to create, check and free it.
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
     /// The server's name, version and capabilities for the initialize result.
     fn server_info(&self) -> ServerInfo;
+
+    /// Answers `initialize` for the session just created (its version already negotiated):
+    /// the `result` object. By default, [`server_info`](Handler::server_info) at the
+    /// negotiated version. An error is sent as the JSON-RPC error response and the session is
+    /// dropped (no `Mcp-Session-Id` is issued).
+    async fn initialize(
+        &self,
+        request: &Request,
+        session: SessionContext,
+    ) -> Result<Value, ErrorObject> {
+        let _ = request;
+        Ok(self.server_info().initialize_result(&session))
+    }
+
+    /// Whether this handler can still serve `session`, asked on every request for it. A
+    /// session it cannot serve (its state died with an earlier process, or failed) is ended
+    /// and answered 404, so the client re-initializes. By default, always.
+    fn session_alive(&self, session: &SessionId) -> bool {
+        let _ = session;
+        true
+    }
+
+    /// The session ended (DELETE, idle expiry, a failed initialize, or
+    /// [`session_alive`](Handler::session_alive) said no): free what it held. Its requests'
+    /// contexts are already cancelled.
+    fn session_closed(&self, session: &SessionId) {
+        let _ = session;
+    }
+
+    /// The server stopped serving (graceful shutdown): free everything.
+    async fn shutdown(&self) {}
 
     /// Handles one request. The returned value is the JSON-RPC `result`; an error becomes a
     /// JSON-RPC error response. If the request is cancelled the return value is discarded and

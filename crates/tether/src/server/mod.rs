@@ -333,12 +333,14 @@ impl Server {
                 tracing::debug!(%error, "could not set TCP_NODELAY");
             }
         });
-        axum::serve(listener, router)
+        let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 tracing::info!("shutting down");
                 token.cancel();
             })
-            .await
+            .await;
+        self.shared.handler.shutdown().await;
+        served
     }
 }

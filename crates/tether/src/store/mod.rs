@@ -30,6 +30,8 @@
 
 mod frame;
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(any(test, feature = "testing"))]
@@ -42,6 +44,8 @@ use bytes::Bytes;
 use tether_proto::ids::{EventId, SessionId, StreamId};
 use tether_proto::jsonrpc::RequestId;
 
+#[cfg(feature = "redis")]
+pub use self::redis::{RedisEventStore, RedisOpenError, RedisSessionStore, RedisStoreConfig};
 pub use memory::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{
@@ -213,15 +217,16 @@ pub trait EventStore: Send + Sync + 'static {
     /// What `session` currently retains.
     async fn usage(&self, session: &SessionId) -> Result<SessionUsage, StoreError>;
 
-    /// The Request streams an earlier process left incomplete, each reported once, with the
-    /// request ids given to [`create_stream`](EventStore::create_stream). Nothing will ever
-    /// complete them (their handlers died with that process), so a starting server answers
-    /// their unanswered requests with errors and completes them: a resuming client gets an
-    /// answer instead of waiting forever.
+    /// The Request streams whose producer is gone, each reported once (to one caller, even
+    /// when several nodes share the store), with the request ids given to
+    /// [`create_stream`](EventStore::create_stream). Nothing will ever complete them (their
+    /// handlers died with their process), so the server answers their unanswered requests
+    /// with errors and completes them: a resuming client gets an answer instead of waiting
+    /// forever. The server asks before serving and then periodically.
     ///
     /// A store that does not outlive its process has none; a store open in one process
-    /// reports what was incomplete when it opened. Only the server that owns the store calls
-    /// this, once, before serving.
+    /// reports what an earlier process left incomplete when it opened; a store shared by
+    /// nodes also reports, once its lease has run out, what a node that died left open.
     async fn orphaned_streams(&self) -> Result<Vec<OrphanedStream>, StoreError>;
 }
 
