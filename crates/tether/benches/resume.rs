@@ -28,6 +28,10 @@
 //!   `SqliteEventStore` over a temporary file, the appends from 50 concurrent tasks (one stream
 //!   each), so the writer thread's group commit shares transactions between them. The summary
 //!   prints both backends on one line.
+//! - `store/{redis_append_concurrent,redis_read_after}` (with feature `redis`): the same on
+//!   `RedisEventStore` against a private `redis-server` on loopback (the test kit's), the
+//!   appends from 50 concurrent tasks sharing the store's one pipelined connection. The
+//!   summary's store line adds it.
 //!
 //! The measuring client is reqwest (hyper, as fast as HTTP clients in the dependency graph
 //! get) feeding tether's own [`tether::sse::Decoder`], on its own current-thread runtime; the
@@ -791,6 +795,163 @@ mod sqlite_store {
     }
 }
 
+/// The same store-alone scenarios on [`tether::store::RedisEventStore`], against a private
+/// `redis-server` (test kit) on loopback: appends from [`redis_store::APPENDERS`] concurrent
+/// tasks (one stream each, sharing the store's one multiplexed connection, so commands are
+/// pipelined), and reading a completed `EVENTS`-event stream back in the writer's batch size.
+#[cfg(feature = "redis")]
+mod redis_store {
+    use std::hint::black_box;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use tether::proto::ids::StreamId;
+    use tether::store::redis::{self, RedisStoreConfig};
+    use tether::store::{EventStore, RedisEventStore, StreamKind, StreamOwner};
+    use tether_testkit::redis::RedisServer;
+    use tokio::runtime::Runtime;
+
+    use super::{EVENTS, READ_BATCH, SESSION_BYTE_CAP, SESSION_EVENT_CAP, owner};
+
+    /// Concurrent appending tasks, each on its own stream (as for SQLite).
+    pub(super) const APPENDERS: usize = 50;
+
+    pub(super) struct RedisBench {
+        rt: Runtime,
+        /// Kept running (and reaped on drop) for the whole bench.
+        server: RedisServer,
+        /// The store holding the completed stream that reads replay.
+        store: Arc<RedisEventStore>,
+        owner: StreamOwner,
+        stream: StreamId,
+        runs: AtomicU64,
+    }
+
+    async fn open(url: &str, prefix: &str) -> RedisEventStore {
+        redis::open(RedisStoreConfig {
+            key_prefix: prefix.to_owned(),
+            max_events_per_session: SESSION_EVENT_CAP,
+            max_bytes_per_session: SESSION_BYTE_CAP,
+            ..RedisStoreConfig::new(url)
+        })
+        .await
+        .expect("open redis store")
+        .0
+    }
+
+    impl RedisBench {
+        pub(super) fn new(messages: &[Vec<u8>]) -> Self {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("redis runtime");
+            let (server, store, owner, stream) = rt.block_on(async {
+                let server = RedisServer::start().await.expect("start redis-server");
+                let store = Arc::new(open(&server.url(), "bench-replay:").await);
+                let owner = owner();
+                let stream = store
+                    .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
+                    .await
+                    .expect("stream");
+                for message in messages {
+                    store.append(stream, message).await.expect("append");
+                }
+                store.complete(stream).await.expect("complete");
+                (server, store, owner, stream)
+            });
+            Self {
+                rt,
+                server,
+                store,
+                owner,
+                stream,
+                runs: AtomicU64::new(0),
+            }
+        }
+
+        /// `EVENTS` appends from `APPENDERS` tasks under a fresh key prefix; the time of the
+        /// appends alone. The run's sessions are removed afterwards, so Redis's memory stays
+        /// flat over many runs.
+        pub(super) fn append(&self, messages: &[Vec<u8>]) -> Duration {
+            let run = self.runs.fetch_add(1, Ordering::Relaxed);
+            let messages: Arc<Vec<Vec<u8>>> = Arc::new(messages.to_vec());
+            let per_task = messages.len() / APPENDERS;
+            self.rt.block_on(async {
+                let store =
+                    Arc::new(open(&self.server.url(), &format!("bench-append-{run}:")).await);
+                let mut streams = Vec::new();
+                for _ in 0..APPENDERS {
+                    let owner = owner();
+                    let stream = store
+                        .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
+                        .await
+                        .expect("stream");
+                    streams.push((owner, stream));
+                }
+                let start = Instant::now();
+                let tasks: Vec<_> = streams
+                    .iter()
+                    .enumerate()
+                    .map(|(task, (_, stream))| {
+                        let store = Arc::clone(&store);
+                        let messages = Arc::clone(&messages);
+                        let stream = *stream;
+                        tokio::spawn(async move {
+                            for message in &messages[task * per_task..(task + 1) * per_task] {
+                                black_box(store.append(stream, message).await.expect("append"));
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.expect("appender");
+                }
+                let elapsed = start.elapsed();
+                let mut events = 0;
+                for (owner, _) in &streams {
+                    events += store.usage(&owner.session).await.expect("usage").events;
+                    store
+                        .remove_session(&owner.session)
+                        .await
+                        .expect("remove_session");
+                }
+                assert_eq!(events as u64, EVENTS + APPENDERS as u64);
+                elapsed
+            })
+        }
+
+        /// Reads the completed stream after seq 0 in the writer's batch size.
+        pub(super) fn read_all(&self) -> Duration {
+            self.rt.block_on(async {
+                let start = Instant::now();
+                let mut cursor = 0;
+                let mut events = 0;
+                loop {
+                    let batch = self
+                        .store
+                        .read_after(&self.owner, self.stream, cursor, READ_BATCH)
+                        .await
+                        .expect("read");
+                    for event in &batch.events {
+                        assert_eq!(event.id.seq, cursor + 1);
+                        cursor = event.id.seq;
+                        black_box(&event.frame);
+                    }
+                    events += batch.events.len() as u64;
+                    if batch.complete {
+                        break;
+                    }
+                }
+                let elapsed = start.elapsed();
+                assert_eq!(events, EVENTS);
+                elapsed
+            })
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Statistics
 
@@ -837,6 +998,8 @@ struct StoreBench {
     stored: StoredStream,
     #[cfg(feature = "sqlite")]
     sqlite: sqlite_store::SqliteBench,
+    #[cfg(feature = "redis")]
+    redis: redis_store::RedisBench,
 }
 
 impl StoreBench {
@@ -848,12 +1011,16 @@ impl StoreBench {
         let stored = StoredStream::new(&rt, &messages);
         #[cfg(feature = "sqlite")]
         let sqlite = sqlite_store::SqliteBench::new(&messages);
+        #[cfg(feature = "redis")]
+        let redis = redis_store::RedisBench::new(&messages);
         Self {
             rt,
             messages,
             stored,
             #[cfg(feature = "sqlite")]
             sqlite,
+            #[cfg(feature = "redis")]
+            redis,
         }
     }
 
@@ -888,6 +1055,19 @@ fn criterion_groups(criterion: &mut Criterion, fixture: &Fixture, store: &StoreB
         });
         group.bench_function("sqlite_read_after", |b| {
             b.iter_custom(|iters| (0..iters).map(|_| store.sqlite.read_all()).sum());
+        });
+    }
+    #[cfg(feature = "redis")]
+    {
+        group.bench_function("redis_append_concurrent", |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| store.redis.append(&store.messages))
+                    .sum()
+            });
+        });
+        group.bench_function("redis_read_after", |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| store.redis.read_all()).sum());
         });
     }
     group.finish();
@@ -975,6 +1155,17 @@ fn print_summary(fixture: &Fixture, store: &StoreBench) {
         store_line.push_str(&format!(
             " | store sqlite: append {:.0}/s (concurrent, group commit) read {:.0}/s",
             per_second(EVENTS, append),
+            per_second(EVENTS, read),
+        ));
+    }
+    #[cfg(feature = "redis")]
+    {
+        let append = median_of(SUMMARY_RUNS, |_| store.redis.append(&store.messages));
+        let read = median_of(SUMMARY_RUNS, |_| store.redis.read_all());
+        store_line.push_str(&format!(
+            " | store redis: append {:.0}/s (concurrent, {} tasks) read {:.0}/s",
+            per_second(EVENTS, append),
+            redis_store::APPENDERS,
             per_second(EVENTS, read),
         ));
     }

@@ -1,0 +1,1005 @@
+//! The Redis backend: events and sessions in one Redis, shared by every node that opens it
+//! with the same key prefix, and surviving a restart of any of them.
+//!
+//! It owns the key layout, the Lua scripts that make each check-and-write atomic across nodes
+//! (`scripts.rs` over `prelude.lua`), retention, caps and tombstones with exactly the
+//! semantics of [`MemoryEventStore`] and the SQLite store, and the cross-node wake-ups of
+//! [`EventStore::wait_for_more`] (`wake.rs`: one pub/sub subscriber per store). It does not
+//! own Redis's own durability (configure `appendonly` for that) or Redis Cluster: scripts
+//! reach keys they derive from the prefix, which needs one Redis (a primary, with replicas
+//! if wanted). Redis must not evict these keys on its own (`maxmemory-policy noeviction`,
+//! the default): the per-session caps bound what each session keeps, and a key evicted
+//! behind the store's back would be a silent gap.
+//!
+//! # Keys (each starts with [`RedisStoreConfig::key_prefix`], written `P` here)
+//!
+//! - `Ps:<stream>`: hash of a stream's owner (`p`, `sess`), `kind` (`r`equest or
+//!   `s`tandalone), `req` (the JSON array of request ids), `node` (the node responsible
+//!   for it: its creator, or the node that claimed it as an orphan), `done` and `at`
+//!   (completion, ms on Redis's clock), `first` (oldest seq stored), `next` (next seq), `ev`
+//!   and `by` (events and frame bytes stored).
+//! - `Pe:<stream>`: a Redis Stream of the SSE frames, entry id `1-<seq>` (so `XRANGE` from
+//!   `1-<n>` is a read after `n - 1`), one field `f`; frames are built by `store/frame.rs`,
+//!   exactly as the other backends build them.
+//! - `Pu:<session>` (usage counters), `Pss:<session>` (its streams), `Pc:<session>`
+//!   (completed streams, oldest completion first), `Pa:<session>` (`<stream> <seq> <bytes>`
+//!   in append order, for evicting the oldest live event), `Pts:<session>` (its
+//!   tombstones).
+//! - `Ptomb` (stream → `<session> <principal>` of removed streams) and `Ptomb_order`
+//!   (oldest first, bounded by [`RedisStoreConfig::max_tombstones`]).
+//! - `Pdue`: sessions by the completion time of their oldest completed stream, for the
+//!   background retention sweep of sessions nobody touches.
+//! - `Po:<node>`: the incomplete Request streams each node is responsible for (created, or
+//!   claimed as orphans; the stream's `node` field names the same node), for
+//!   [`EventStore::orphaned_streams`].
+//! - `Pnode:<node>`: a node's heartbeat, a key that expires after
+//!   [`RedisStoreConfig::node_lease`]; `Pnodes`: the set of nodes that may hold open
+//!   streams (every node with a lease or a non-empty `Po:<node>`).
+//! - `Psess:<id>` (session records) and `Pseen` (sessions by last activity, ms).
+//! - Channel `Pwake`: the id of every stream that changed.
+//!
+//! # Appends
+//!
+//! A frame carries its seq, and frames are built in Rust, so an append builds the frame for
+//! the seq it expects (the last one it saw for that stream, plus one) and the script stores
+//! it only if that is still the stream's next seq; otherwise it answers the right seq and the
+//! append builds the frame again. One writer per stream (the usual case) needs one round
+//! trip; concurrent writers on several nodes stay gap-free and retry at most once per event
+//! another writer stored in between.
+//!
+//! # Orphans
+//!
+//! Every Request stream is some node's responsibility: the node that created it, until it
+//! completes. An open store holds a lease for its [`RedisStoreConfig::node_id`]: a heartbeat
+//! key that expires after [`RedisStoreConfig::node_lease`], renewed every third of it by a
+//! background task. Dropping the store stops the renewal but leaves the key to expire, since
+//! a crashed node cannot delete it either; the other nodes treat both alike.
+//!
+//! [`EventStore::orphaned_streams`] reports two kinds of stream:
+//!
+//! - What an earlier process under this node id left incomplete, collected when the store
+//!   opens (in the same script that takes the lease, so no other node can claim them
+//!   meanwhile), reported by the first call: a restarted node answers what it left.
+//! - The incomplete Request streams of every other node whose lease has lapsed, claimed by
+//!   one script per call. Redis runs it atomically, so when several live nodes ask at once
+//!   each orphan goes to exactly one of them. A claimed stream moves to the claimer's
+//!   `Po:<node>` and names the claimer as its node: completing it clears it there, and if
+//!   the claimer dies before answering it, a third node claims it after the claimer's lease.
+//!   The dead node is forgotten once its set is empty.
+//!
+//! A live node's streams are never reported, except that a node cut off from Redis (or
+//! stalled) for longer than its lease is taken for dead: its running requests are then
+//! answered with errors by another node, and its own later appends to them fail with
+//! [`StoreError::Completed`]. That is the price of answering a dead node's clients at all;
+//! the lease sets how long a stall it tolerates.
+//!
+//! [`MemoryEventStore`]: super::MemoryEventStore
+
+mod scripts;
+mod wake;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use redis::Value;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tether_proto::ids::{EventId, SessionId, StreamId};
+use tether_proto::jsonrpc::RequestId;
+use tether_proto::version::ProtocolVersion;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use self::wake::{RECHECK, Watchers};
+use super::frame;
+use super::memory::MemoryStoreConfig;
+use super::{
+    EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
+    StoredEvent, StreamKind, StreamOwner,
+};
+
+/// Where and how a Redis store keeps its data. The bounds mean exactly what they mean for
+/// [`MemoryStoreConfig`], and default to its values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisStoreConfig {
+    /// The server, as `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// Put before every key and the wake-up channel, so several deployments (or tests) share
+    /// one Redis without seeing each other. Default [`DEFAULT_KEY_PREFIX`](Self::DEFAULT_KEY_PREFIX).
+    pub key_prefix: String,
+    /// This node's name, recorded with each Request stream it creates and held, while the
+    /// store is open, under a lease ([`node_lease`](Self::node_lease)). The Request streams a
+    /// node left incomplete are reported by [`EventStore::orphaned_streams`] to a store
+    /// opened again under the same name, or, once the node's lease has lapsed, to exactly one
+    /// of the other nodes sharing the prefix. Stable across restarts of one node, and
+    /// different for every node sharing the prefix: two live nodes with one name would take
+    /// each other's running requests for orphans at every restart. Non-empty, without
+    /// whitespace. Default [`DEFAULT_NODE_ID`](Self::DEFAULT_NODE_ID).
+    pub node_id: String,
+    /// How long a node counts as alive after its last heartbeat. An open store renews its
+    /// node's lease every third of this; once a node has not renewed it for this long (it
+    /// died, or lost Redis for that long), the other nodes take its incomplete Request
+    /// streams for orphans and answer them. Shorter answers a dead node's clients sooner;
+    /// longer tolerates longer stalls. Every node sharing a prefix should use the same value.
+    /// Raised to 100 ms at least. Default [`DEFAULT_NODE_LEASE`](Self::DEFAULT_NODE_LEASE).
+    pub node_lease: Duration,
+    /// See [`MemoryStoreConfig::retention`]. Measured on Redis's clock, so all nodes agree.
+    pub retention: Duration,
+    /// See [`MemoryStoreConfig::max_events_per_session`].
+    pub max_events_per_session: usize,
+    /// See [`MemoryStoreConfig::max_bytes_per_session`].
+    pub max_bytes_per_session: usize,
+    /// See [`MemoryStoreConfig::max_streams_per_session`].
+    pub max_streams_per_session: usize,
+    /// See [`MemoryStoreConfig::max_tombstones`]; shared by all nodes using the prefix.
+    pub max_tombstones: usize,
+    /// Longest wait for connecting and for any one command; past it the operation fails with
+    /// [`StoreError::Unavailable`] rather than hang while Redis is unreachable. Default
+    /// [`DEFAULT_COMMAND_TIMEOUT`](Self::DEFAULT_COMMAND_TIMEOUT).
+    pub command_timeout: Duration,
+}
+
+impl RedisStoreConfig {
+    /// Default [`key_prefix`](Self::key_prefix).
+    pub const DEFAULT_KEY_PREFIX: &'static str = "tether:";
+
+    /// Default [`node_id`](Self::node_id): right for a single node, which finds its own
+    /// orphans after a restart; give every node of a multi-node deployment its own.
+    pub const DEFAULT_NODE_ID: &'static str = "default";
+
+    /// Default [`node_lease`](Self::node_lease): 15 s, three heartbeat periods of 5 s. Two
+    /// heartbeats in a row may fail (each waits up to the default command timeout, 5 s)
+    /// before a live node loses its lease, while a dead node's clients hear an answer
+    /// within about 15 s plus the server's orphan sweep instead of never.
+    pub const DEFAULT_NODE_LEASE: Duration = Duration::from_secs(15);
+
+    /// Default [`command_timeout`](Self::command_timeout): 5 s. A healthy Redis answers in
+    /// well under a millisecond, and even a large removal script in milliseconds; 5 s only
+    /// ends waits on a Redis that is gone, soon enough for a client's request to fail cleanly
+    /// instead of timing out upstream.
+    pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// The defaults of [`MemoryStoreConfig`] and the constants above, at `url`.
+    #[must_use]
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            key_prefix: Self::DEFAULT_KEY_PREFIX.to_owned(),
+            node_id: Self::DEFAULT_NODE_ID.to_owned(),
+            node_lease: Self::DEFAULT_NODE_LEASE,
+            retention: MemoryStoreConfig::DEFAULT_RETENTION,
+            max_events_per_session: MemoryStoreConfig::DEFAULT_MAX_EVENTS_PER_SESSION,
+            max_bytes_per_session: MemoryStoreConfig::DEFAULT_MAX_BYTES_PER_SESSION,
+            max_streams_per_session: MemoryStoreConfig::DEFAULT_MAX_STREAMS_PER_SESSION,
+            max_tombstones: MemoryStoreConfig::DEFAULT_MAX_TOMBSTONES,
+            command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
+        }
+    }
+}
+
+/// Why a Redis store could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisOpenError {
+    /// The URL is not a Redis URL.
+    #[error("invalid redis url {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Redis could not be reached (or refused the connection, or did not answer in time).
+    #[error("cannot connect to redis at {url}: {reason}")]
+    Connect {
+        /// The URL given.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The node id is empty or holds whitespace, which the key layout cannot carry.
+    #[error("invalid node id {0:?}: it must be non-empty, without whitespace")]
+    InvalidNodeId(String),
+}
+
+/// Sessions whose expired streams one sweep removes at most, so a sweep never holds Redis
+/// for long; the next sweep goes on.
+const SWEEP_LIMIT: usize = 256;
+
+/// Longest time between two background retention sweeps (a tenth of the retention when that
+/// is shorter), so idle sessions' finished streams do not outlive retention by much.
+const MAX_SWEEP_PERIOD: Duration = Duration::from_secs(1);
+
+/// Shortest [`RedisStoreConfig::node_lease`]: a heartbeat every third of it must still be
+/// a few round trips apart.
+const MIN_NODE_LEASE: Duration = Duration::from_millis(100);
+
+/// Orphaned streams of dead nodes one [`EventStore::orphaned_streams`] call claims at most, so
+/// the claim never holds Redis for long; the next call claims more. (Named in the doc of
+/// `orphaned_streams`.)
+const CLAIM_LIMIT: usize = 256;
+
+/// Most streams whose next seq a store remembers for appends; past it the memory is
+/// cleared (a forgotten seq costs one extra round trip on the next append).
+const SEQ_CACHE_LIMIT: usize = 65_536;
+
+/// Opens a Redis store: connects, subscribes to the wake-up channel, takes this node's lease
+/// and collects the Request streams an earlier process of this node left incomplete, and
+/// starts the background heartbeat and retention sweep. Returns its event store and session
+/// store, which share the connection.
+///
+/// # Errors
+///
+/// [`RedisOpenError::InvalidUrl`] for a URL that is not Redis's,
+/// [`RedisOpenError::Connect`] when Redis cannot be reached within
+/// [`RedisStoreConfig::command_timeout`], [`RedisOpenError::InvalidNodeId`].
+pub async fn open(
+    config: RedisStoreConfig,
+) -> Result<(RedisEventStore, RedisSessionStore), RedisOpenError> {
+    let config = RedisStoreConfig {
+        max_events_per_session: config.max_events_per_session.max(1),
+        max_bytes_per_session: config.max_bytes_per_session.max(1),
+        max_streams_per_session: config.max_streams_per_session.max(1),
+        node_lease: config.node_lease.max(MIN_NODE_LEASE),
+        ..config
+    };
+    if config.node_id.is_empty() || config.node_id.contains(char::is_whitespace) {
+        return Err(RedisOpenError::InvalidNodeId(config.node_id));
+    }
+    let url = config.url.clone();
+    let connect_error = |reason: String| RedisOpenError::Connect {
+        url: url.clone(),
+        reason,
+    };
+    let client =
+        redis::Client::open(config.url.as_str()).map_err(|error| RedisOpenError::InvalidUrl {
+            url: url.clone(),
+            reason: error.to_string(),
+        })?;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.command_timeout))
+        .set_response_timeout(Some(config.command_timeout))
+        // Fail fast while Redis is down: each command that finds the connection broken
+        // starts one reconnection and fails; the next command tries again.
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(200));
+    let conn = tokio::time::timeout(
+        config.command_timeout,
+        ConnectionManager::new_with_config(client.clone(), manager_config),
+    )
+    .await
+    .map_err(|_| connect_error(format!("no answer within {:?}", config.command_timeout)))?
+    .map_err(|error| connect_error(error.to_string()))?;
+
+    let channel = format!("{}wake", config.key_prefix);
+    let pubsub = wake::subscribe(&client, &channel, config.command_timeout)
+        .await
+        .map_err(connect_error)?;
+    let watchers = Arc::new(Watchers::default());
+    let cancel = CancellationToken::new();
+    tokio::spawn(wake::run_subscriber(
+        client,
+        channel,
+        pubsub,
+        Arc::clone(&watchers),
+        config.command_timeout,
+        cancel.clone(),
+    ));
+
+    let inner = Arc::new(Inner {
+        config,
+        conn,
+        scripts: Scripts::new(),
+        watchers,
+        next_seqs: Mutex::default(),
+        orphans: Mutex::default(),
+        _stop: cancel.clone().drop_guard(),
+    });
+    let reply = inner
+        .run(
+            &inner.scripts.node_open,
+            &[&inner.config.node_id, &inner.lease_ms()],
+        )
+        .await
+        .map_err(|error| connect_error(error.to_string()))?;
+    *guard(&inner.orphans) = orphans_in(reply).map_err(|error| connect_error(error.to_string()))?;
+    tokio::spawn(heartbeat_loop(Arc::downgrade(&inner), cancel.clone()));
+    tokio::spawn(sweep_loop(Arc::downgrade(&inner), cancel));
+    Ok((
+        RedisEventStore {
+            inner: Arc::clone(&inner),
+        },
+        RedisSessionStore { inner },
+    ))
+}
+
+/// Runs the retention sweep every tenth of the retention (at most [`MAX_SWEEP_PERIOD`])
+/// until the store is dropped.
+async fn sweep_loop(inner: std::sync::Weak<Inner>, cancel: CancellationToken) {
+    let period = inner.upgrade().map_or(MAX_SWEEP_PERIOD, |inner| {
+        (inner.config.retention / 10).clamp(Duration::from_millis(10), MAX_SWEEP_PERIOD)
+    });
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let limit = SWEEP_LIMIT.to_string();
+        if let Err(error) = inner.run(&inner.scripts.sweep, &[&limit]).await {
+            tracing::debug!(%error, "redis store: retention sweep failed");
+        }
+    }
+}
+
+/// Renews this node's lease every third of it until the store is dropped. The key is left to
+/// expire, not deleted, when the store closes: a crashed node cannot delete it either, and
+/// the other nodes treat both alike.
+async fn heartbeat_loop(inner: std::sync::Weak<Inner>, cancel: CancellationToken) {
+    let Some(period) = inner.upgrade().map(|inner| inner.config.node_lease / 3) else {
+        return;
+    };
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let renewed = inner
+            .run(
+                &inner.scripts.heartbeat,
+                &[&inner.config.node_id, &inner.lease_ms()],
+            )
+            .await;
+        if let Err(error) = renewed {
+            // Two failures in a row are still within the lease; past it, other nodes answer
+            // this node's running requests as orphans.
+            tracing::warn!(%error, node = %inner.config.node_id, "redis store: heartbeat failed");
+        }
+    }
+}
+
+fn guard<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn unavailable(error: impl fmt::Display) -> StoreError {
+    StoreError::Unavailable(error.to_string())
+}
+
+/// The scripts, hashed once.
+struct Scripts {
+    create: redis::Script,
+    append: redis::Script,
+    complete: redis::Script,
+    read: redis::Script,
+    remove_session: redis::Script,
+    usage: redis::Script,
+    sweep: redis::Script,
+    node_open: redis::Script,
+    heartbeat: redis::Script,
+    claim_orphans: redis::Script,
+    session_insert: redis::Script,
+    session_touch: redis::Script,
+    session_remove: redis::Script,
+    session_expire_idle: redis::Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            create: redis::Script::new(scripts::CREATE),
+            append: redis::Script::new(scripts::APPEND),
+            complete: redis::Script::new(scripts::COMPLETE),
+            read: redis::Script::new(scripts::READ),
+            remove_session: redis::Script::new(scripts::REMOVE_SESSION),
+            usage: redis::Script::new(scripts::USAGE),
+            sweep: redis::Script::new(scripts::SWEEP),
+            node_open: redis::Script::new(scripts::NODE_OPEN),
+            heartbeat: redis::Script::new(scripts::HEARTBEAT),
+            claim_orphans: redis::Script::new(scripts::CLAIM_ORPHANS),
+            session_insert: redis::Script::new(scripts::SESSION_INSERT),
+            session_touch: redis::Script::new(scripts::SESSION_TOUCH),
+            session_remove: redis::Script::new(scripts::SESSION_REMOVE),
+            session_expire_idle: redis::Script::new(scripts::SESSION_EXPIRE_IDLE),
+        }
+    }
+}
+
+/// State of an open store, shared by its two halves and its background tasks.
+struct Inner {
+    config: RedisStoreConfig,
+    conn: ConnectionManager,
+    scripts: Scripts,
+    watchers: Arc<Watchers>,
+    /// The next seq this store expects each stream to take (see "Appends" in the module
+    /// docs); a guess, corrected by the append script.
+    next_seqs: Mutex<HashMap<StreamId, u64>>,
+    /// The Request streams an earlier process of this node left incomplete, found at open,
+    /// until asked for.
+    orphans: Mutex<Vec<OrphanedStream>>,
+    /// Stops the subscriber, the heartbeat and the sweeper when the store is dropped.
+    _stop: DropGuard,
+}
+
+impl Inner {
+    fn key(&self, kind: &str, id: &str) -> String {
+        format!("{}{kind}:{id}", self.config.key_prefix)
+    }
+
+    fn lease_ms(&self) -> String {
+        u64::try_from(self.config.node_lease.as_millis())
+            .unwrap_or(u64::MAX)
+            .to_string()
+    }
+
+    /// Runs a script with the common arguments and then `args`; the reply's first element is
+    /// its status, the rest is returned.
+    async fn run(
+        &self,
+        script: &redis::Script,
+        args: &[&(dyn AsRef<[u8]> + Sync)],
+    ) -> Result<Reply, StoreError> {
+        let config = &self.config;
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .arg(&config.key_prefix)
+            .arg(u64::try_from(config.retention.as_millis()).unwrap_or(u64::MAX))
+            .arg(config.max_events_per_session)
+            .arg(config.max_bytes_per_session)
+            .arg(config.max_streams_per_session)
+            .arg(config.max_tombstones);
+        for arg in args {
+            invocation.arg(arg.as_ref());
+        }
+        let mut conn = self.conn.clone();
+        let value: Value = self
+            .bounded(invocation.invoke_async(&mut conn))
+            .await?
+            .map_err(unavailable)?;
+        Reply::parse(value)
+    }
+
+    /// Runs a plain command.
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
+        let mut conn = self.conn.clone();
+        self.bounded(cmd.query_async(&mut conn))
+            .await?
+            .map_err(unavailable)
+    }
+
+    /// `future` within the command timeout, else `Unavailable`.
+    async fn bounded<T>(&self, future: impl Future<Output = T>) -> Result<T, StoreError> {
+        tokio::time::timeout(self.config.command_timeout, future)
+            .await
+            .map_err(|_| {
+                unavailable(format!(
+                    "redis did not answer within {:?}",
+                    self.config.command_timeout
+                ))
+            })
+    }
+
+    fn remember_next_seq(&self, stream: StreamId, next: u64) {
+        let mut seqs = guard(&self.next_seqs);
+        if seqs.len() >= SEQ_CACHE_LIMIT && !seqs.contains_key(&stream) {
+            seqs.clear();
+        }
+        seqs.insert(stream, next);
+    }
+
+    fn forget_seq(&self, stream: StreamId) {
+        guard(&self.next_seqs).remove(&stream);
+    }
+
+    /// Reads `stream` from seq `from` on (`None`: past any seq).
+    async fn read(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        from: Option<u64>,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        let from_arg = from.map(|seq| seq.to_string()).unwrap_or_default();
+        // One more than asked for tells whether the batch reaches the end.
+        let count = limit.min(i64::MAX as usize - 1) + 1;
+        let reply = self
+            .run(
+                &self.scripts.read,
+                &[
+                    &stream.as_str(),
+                    &&*owner.principal,
+                    &owner.session.as_str(),
+                    &from_arg,
+                    &count.to_string(),
+                ],
+            )
+            .await?;
+        match reply.status.as_str() {
+            "ok" => {}
+            "expired" => return Err(StoreError::Expired),
+            "unknown" => return Err(StoreError::UnknownStream),
+            other => return Err(unexpected(other)),
+        }
+        let complete = reply.int(0)? == 1;
+        let entries = match reply.values.into_iter().nth(1) {
+            Some(Value::Array(entries)) => entries,
+            _ => Vec::new(),
+        };
+        let more = entries.len() > limit;
+        let mut events = Vec::with_capacity(entries.len().min(limit));
+        for entry in entries.into_iter().take(limit) {
+            events.push(stored_event(stream, entry)?);
+        }
+        Ok(ReadBatch {
+            events,
+            complete: complete && !more,
+        })
+    }
+
+    /// Whether a waiter on `stream` after `after` can stop: an event after it, completion,
+    /// or the stream gone.
+    async fn wait_is_over(&self, stream: StreamId, after: u64) -> Result<bool, StoreError> {
+        let (done, next): (Option<String>, Option<u64>) = self
+            .query(
+                redis::cmd("HMGET")
+                    .arg(self.key("s", stream.as_str()))
+                    .arg("done")
+                    .arg("next"),
+            )
+            .await?;
+        Ok(match (done, next) {
+            (Some(done), Some(next)) => done == "1" || next > after.saturating_add(1),
+            _ => true,
+        })
+    }
+}
+
+/// A script's reply: its status and the values after it.
+struct Reply {
+    status: String,
+    values: Vec<Value>,
+}
+
+impl Reply {
+    fn parse(value: Value) -> Result<Self, StoreError> {
+        let Value::Array(mut values) = value else {
+            return Err(unexpected("not an array"));
+        };
+        if values.is_empty() {
+            return Err(unexpected("empty reply"));
+        }
+        let status = match values.remove(0) {
+            Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Value::SimpleString(text) => text,
+            _ => return Err(unexpected("no status")),
+        };
+        Ok(Self { status, values })
+    }
+
+    fn int(&self, at: usize) -> Result<i64, StoreError> {
+        match self.values.get(at) {
+            Some(Value::Int(n)) => Ok(*n),
+            _ => Err(unexpected("missing integer")),
+        }
+    }
+}
+
+/// The orphans of a NODE_OPEN or CLAIM_ORPHANS reply: `<stream> <principal> <session>
+/// <request ids>` of each, flat.
+fn orphans_in(reply: Reply) -> Result<Vec<OrphanedStream>, StoreError> {
+    if reply.status != "ok" {
+        return Err(unexpected(&reply.status));
+    }
+    let Some(Value::Array(fields)) = reply.values.into_iter().next() else {
+        return Err(unexpected("no orphan list"));
+    };
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),
+        _ => None,
+    };
+    let mut orphans = Vec::with_capacity(fields.len() / 4);
+    for entry in fields.chunks(4) {
+        let [stream, principal, session, requests] = entry else {
+            return Err(unexpected("orphan entry"));
+        };
+        let stream = text(stream)
+            .and_then(|id| StreamId::parse(&id).ok())
+            .ok_or_else(|| unexpected("orphan stream id"))?;
+        let session = text(session)
+            .and_then(|id| SessionId::parse(&id).ok())
+            .ok_or_else(|| unexpected("orphan session id"))?;
+        let principal = text(principal).ok_or_else(|| unexpected("orphan principal"))?;
+        orphans.push(OrphanedStream {
+            owner: StreamOwner {
+                principal: Arc::from(principal),
+                session,
+            },
+            stream,
+            // Written by this module from `RequestId`s: unreadable only if someone edited the
+            // key, and then there is nobody to name.
+            requests: text(requests)
+                .and_then(|json| serde_json::from_str(&json).ok())
+                .unwrap_or_default(),
+        });
+    }
+    Ok(orphans)
+}
+
+fn unexpected(what: &str) -> StoreError {
+    unavailable(format!("unexpected reply from a tether script: {what}"))
+}
+
+/// One XRANGE entry (`[id, [field, frame]]`) as an event of `stream`.
+fn stored_event(stream: StreamId, entry: Value) -> Result<StoredEvent, StoreError> {
+    let Value::Array(parts) = entry else {
+        return Err(unexpected("stream entry"));
+    };
+    let mut parts = parts.into_iter();
+    let (Some(Value::BulkString(id)), Some(Value::Array(fields))) = (parts.next(), parts.next())
+    else {
+        return Err(unexpected("stream entry"));
+    };
+    let seq = std::str::from_utf8(&id)
+        .ok()
+        .and_then(|id| id.strip_prefix("1-"))
+        .and_then(|seq| seq.parse::<u64>().ok())
+        .ok_or_else(|| unexpected("stream entry id"))?;
+    let Some(Value::BulkString(frame)) = fields.into_iter().nth(1) else {
+        return Err(unexpected("stream entry frame"));
+    };
+    let frame = Bytes::from(frame);
+    let message = if seq == EventId::PRIMING_SEQ {
+        Bytes::new()
+    } else {
+        frame::message_in(&frame, None)
+    };
+    Ok(StoredEvent {
+        id: EventId::new(stream, seq),
+        frame,
+        message,
+    })
+}
+
+/// The Redis [`EventStore`]. Cheap to share behind an `Arc`; dropping the last handle (this
+/// and its [`RedisSessionStore`]) stops its subscriber and sweeper tasks.
+pub struct RedisEventStore {
+    inner: Arc<Inner>,
+}
+
+/// The Redis [`SessionStore`], sharing its event store's connection. Idle expiry is measured
+/// on Redis's clock, so every node agrees on it.
+pub struct RedisSessionStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RedisEventStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisEventStore")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for RedisSessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSessionStore")
+            .field("url", &self.inner.config.url)
+            .field("key_prefix", &self.inner.config.key_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisEventStore {
+    /// The configuration this store runs with (caps below 1 raised to 1).
+    #[must_use]
+    pub fn config(&self) -> &RedisStoreConfig {
+        &self.inner.config
+    }
+}
+
+#[async_trait]
+impl EventStore for RedisEventStore {
+    async fn create_stream(
+        &self,
+        owner: &StreamOwner,
+        kind: StreamKind,
+        retry: Duration,
+        requests: &[RequestId],
+    ) -> Result<StreamId, StoreError> {
+        let inner = &*self.inner;
+        // 128 random bits: a collision with a stored id is not a case to handle.
+        let stream = StreamId::generate();
+        let priming = frame::priming_frame(stream, retry);
+        if priming.len() > inner.config.max_bytes_per_session {
+            return Err(StoreError::EventTooLarge);
+        }
+        let requests = serde_json::to_string(requests).map_err(unavailable)?;
+        let kind = match kind {
+            StreamKind::Request => "r",
+            StreamKind::Standalone => "s",
+        };
+        let reply = inner
+            .run(
+                &inner.scripts.create,
+                &[
+                    &stream.as_str(),
+                    &&*owner.principal,
+                    &owner.session.as_str(),
+                    &kind,
+                    &requests,
+                    &inner.config.node_id,
+                    &priming,
+                ],
+            )
+            .await?;
+        match reply.status.as_str() {
+            "ok" => {
+                inner.remember_next_seq(stream, 1);
+                Ok(stream)
+            }
+            "too_many" => Err(StoreError::TooManyStreams),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError> {
+        let message = frame::validate(message)?;
+        let inner = &*self.inner;
+        let mut seq = guard(&inner.next_seqs).get(&stream).copied().unwrap_or(1);
+        loop {
+            let id = EventId::new(stream, seq);
+            let built = frame::message_frame(id, message);
+            let reply = inner
+                .run(
+                    &inner.scripts.append,
+                    &[&stream.as_str(), &seq.to_string(), &built],
+                )
+                .await?;
+            match reply.status.as_str() {
+                "ok" => {
+                    inner.remember_next_seq(stream, seq + 1);
+                    inner.watchers.wake(stream);
+                    return Ok(id);
+                }
+                // Another writer stored this seq first: build the frame for the right one.
+                "seq" => {
+                    seq = u64::try_from(reply.int(0)?).map_err(unavailable)?;
+                }
+                status => {
+                    inner.forget_seq(stream);
+                    return Err(match status {
+                        "completed" => StoreError::Completed,
+                        "unknown" => StoreError::UnknownStream,
+                        "too_large" => StoreError::EventTooLarge,
+                        other => unexpected(other),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn complete(&self, stream: StreamId) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        let reply = inner
+            .run(&inner.scripts.complete, &[&stream.as_str()])
+            .await?;
+        inner.forget_seq(stream);
+        match reply.status.as_str() {
+            "ok" => {
+                inner.watchers.wake(stream);
+                Ok(())
+            }
+            "unknown" => Err(StoreError::UnknownStream),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn read_after(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        after: u64,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        // `after == u64::MAX` has nothing after it: an empty batch, as for any cursor past the
+        // end.
+        self.inner
+            .read(owner, stream, after.checked_add(1), limit)
+            .await
+    }
+
+    async fn read_from_start(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        self.inner
+            .read(owner, stream, Some(EventId::PRIMING_SEQ), limit)
+            .await
+    }
+
+    /// Returns `Ok(())` at once for a stream that is unknown or gone, as the memory store
+    /// does. Cancel-safe: dropping the future only unregisters its interest.
+    async fn wait_for_more(&self, stream: StreamId, after: u64) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        // Registered before the check: a change stored after the check publishes a wake-up
+        // this registration sees, so none is lost between the check and the wait.
+        let mut registration = inner.watchers.register(stream);
+        loop {
+            registration.mark_seen();
+            if inner.wait_is_over(stream, after).await? {
+                return Ok(());
+            }
+            registration.changed(RECHECK).await;
+        }
+    }
+
+    async fn remove_session(&self, session: &SessionId) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        let reply = inner
+            .run(&inner.scripts.remove_session, &[&session.as_str()])
+            .await?;
+        if reply.status != "ok" {
+            return Err(unexpected(&reply.status));
+        }
+        if let Some(Value::Array(streams)) = reply.values.first() {
+            for id in streams {
+                let Value::BulkString(id) = id else { continue };
+                if let Some(stream) = std::str::from_utf8(id)
+                    .ok()
+                    .and_then(|id| StreamId::parse(id).ok())
+                {
+                    inner.forget_seq(stream);
+                    inner.watchers.wake(stream);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn usage(&self, session: &SessionId) -> Result<SessionUsage, StoreError> {
+        let inner = &*self.inner;
+        let reply = inner
+            .run(&inner.scripts.usage, &[&session.as_str()])
+            .await?;
+        if reply.status != "ok" {
+            return Err(unexpected(&reply.status));
+        }
+        let count = |at| -> Result<usize, StoreError> {
+            // Counters never go below zero; a negative one would be a bug, and reads as 0.
+            Ok(usize::try_from(reply.int(at)?).unwrap_or(0))
+        };
+        Ok(SessionUsage {
+            streams: count(0)?,
+            events: count(1)?,
+            bytes: count(2)?,
+        })
+    }
+
+    /// What an earlier process of this node left open (found at open, reported by the first
+    /// call), and the incomplete Request streams of other nodes whose lease has lapsed, up to
+    /// 256 per call (the rest on later calls). Each is claimed by exactly one caller, however
+    /// many nodes ask at once; a claimed stream becomes this node's, so if this node dies
+    /// before completing it, another node claims it from this one in turn. Streams of live
+    /// nodes are never reported.
+    async fn orphaned_streams(&self) -> Result<Vec<OrphanedStream>, StoreError> {
+        let inner = &*self.inner;
+        let reply = inner
+            .run(
+                &inner.scripts.claim_orphans,
+                &[&inner.config.node_id, &CLAIM_LIMIT.to_string()],
+            )
+            .await?;
+        let claimed = orphans_in(reply)?;
+        let mut orphans = std::mem::take(&mut *guard(&inner.orphans));
+        orphans.extend(claimed);
+        Ok(orphans)
+    }
+}
+
+#[async_trait]
+impl SessionStore for RedisSessionStore {
+    /// Inserting an id that exists replaces its record and counts as activity.
+    async fn insert(&self, record: SessionRecord) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        let version = record.version.to_string();
+        inner
+            .run(
+                &inner.scripts.session_insert,
+                &[
+                    &record.id.as_str(),
+                    &version,
+                    &&*record.principal,
+                    &record.standalone.as_str(),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        let inner = &*self.inner;
+        let (version, principal, standalone): (Option<String>, Option<String>, Option<String>) =
+            inner
+                .query(
+                    redis::cmd("HMGET")
+                        .arg(inner.key("sess", id.as_str()))
+                        .arg("v")
+                        .arg("p")
+                        .arg("st"),
+                )
+                .await?;
+        let (Some(version), Some(principal), Some(standalone)) = (version, principal, standalone)
+        else {
+            return Ok(None);
+        };
+        Ok(Some(SessionRecord {
+            id: id.clone(),
+            version: ProtocolVersion::parse(&version).map_err(unavailable)?,
+            principal: Arc::from(principal),
+            standalone: StreamId::parse(&standalone).map_err(unavailable)?,
+        }))
+    }
+
+    /// Touching an unknown session does nothing.
+    async fn touch(&self, id: &SessionId) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run(&inner.scripts.session_touch, &[&id.as_str()])
+            .await?;
+        Ok(())
+    }
+
+    async fn remove(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let inner = &*self.inner;
+        let reply = inner
+            .run(&inner.scripts.session_remove, &[&id.as_str()])
+            .await?;
+        Ok(reply.int(0)? > 0)
+    }
+
+    /// Atomic across nodes: each expired session is returned by exactly one caller.
+    async fn expire_idle(&self, idle: Duration) -> Result<Vec<SessionId>, StoreError> {
+        let inner = &*self.inner;
+        let idle_ms = u64::try_from(idle.as_millis())
+            .unwrap_or(u64::MAX)
+            .to_string();
+        let reply = inner
+            .run(&inner.scripts.session_expire_idle, &[&idle_ms])
+            .await?;
+        let Some(Value::Array(ids)) = reply.values.first() else {
+            return Ok(Vec::new());
+        };
+        Ok(ids
+            .iter()
+            .filter_map(|id| match id {
+                Value::BulkString(id) => std::str::from_utf8(id)
+                    .ok()
+                    .and_then(|id| SessionId::parse(id).ok()),
+                _ => None,
+            })
+            .collect())
+    }
+
+    async fn count(&self) -> Result<usize, StoreError> {
+        let inner = &*self.inner;
+        let count: usize = inner
+            .query(redis::cmd("ZCARD").arg(format!("{}seen", inner.config.key_prefix)))
+            .await?;
+        Ok(count)
+    }
+}
