@@ -1,10 +1,14 @@
 """Python SDK (mcp 2.3.0) client that tether's tests use as a reference peer.
 
-Connects to a Streamable HTTP endpoint, calls the `count` tool with a progress callback and
-prints one JSON line per received progress notification (`{"progress": p, "total": t}`) or
-log message (`{"log": data}`), then the result (`{"result": CallToolResult}`). The SDK resumes
-a cut stream with GET + Last-Event-ID by itself. Exits 0 on success, 1 if the tool failed.
-Usage: client.py URL N [--interval-ms MS] [--no-progress]
+Connects to a Streamable HTTP endpoint, calls a tool (`count` unless `--tool` says otherwise)
+with a progress callback and prints one JSON line per received progress notification
+(`{"progress": p, "total": t}`) or log message (`{"log": data}`), then the result
+(`{"result": CallToolResult}`). The SDK resumes a cut stream with GET + Last-Event-ID by
+itself. Exits 0 on success, 1 if the tool failed.
+
+The tool's arguments are `{"n": N, "interval_ms": MS}` (what `count` takes) unless
+`--arguments JSON` replaces them; N may then be omitted, and is ignored if given.
+Usage: client.py URL [N] [--interval-ms MS] [--no-progress] [--tool NAME] [--arguments JSON]
 """
 
 import argparse
@@ -39,8 +43,8 @@ async def main(args: argparse.Namespace) -> int:
         async with ClientSession(read, write, logging_callback=on_log) as session:
             await session.initialize()
             result = await session.call_tool(
-                "count",
-                {"n": args.n, "interval_ms": args.interval_ms},
+                args.tool,
+                args.arguments,
                 progress_callback=None if args.no_progress else on_progress,
             )
     emit({"result": result.model_dump(mode="json", by_alias=True, exclude_none=True)})
@@ -50,7 +54,18 @@ async def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url")
-    parser.add_argument("n", type=int)
+    parser.add_argument("n", type=int, nargs="?", help="count to N (unless --arguments)")
     parser.add_argument("--interval-ms", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="send no progressToken")
-    sys.exit(anyio.run(main, parser.parse_args()))
+    parser.add_argument("--tool", default="count", help="the tool to call (default: count)")
+    parser.add_argument(
+        "--arguments", type=json.loads, help="the tool's arguments as a JSON object"
+    )
+    args = parser.parse_args()
+    if args.arguments is None:
+        if args.n is None:
+            parser.error("N is required unless --arguments is given")
+        args.arguments = {"n": args.n, "interval_ms": args.interval_ms}
+    elif not isinstance(args.arguments, dict):
+        parser.error("--arguments must be a JSON object")
+    sys.exit(anyio.run(main, args))

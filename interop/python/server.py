@@ -4,6 +4,7 @@ Serves the `count` demo tool exactly as CONTRACTS.md pins it, with resumability 
 in-memory event store and a `retry` interval, so cut streams can be resumed with
 `Last-Event-ID`. Usage: server.py --bind 127.0.0.1:0 [--retry-ms 500] [--json-response].
 Prints `peer: serving http://127.0.0.1:PORT/mcp` on stdout once listening; logs go to stderr.
+With --stdio it is a stdio MCP server instead (the same tool), for tether's gateway tests.
 """
 
 import argparse
@@ -100,8 +101,12 @@ def main() -> None:
     parser.add_argument("--bind", default="127.0.0.1:0", help="HOST:PORT; port 0 picks a free port")
     parser.add_argument("--retry-ms", type=int, default=500)
     parser.add_argument("--json-response", action="store_true")
+    parser.add_argument("--stdio", action="store_true", help="serve MCP over stdin/stdout")
     args = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    if args.stdio:
+        server.run("stdio")
+        return
 
     host, port = args.bind.rsplit(":", 1)
     app = server.streamable_http_app(

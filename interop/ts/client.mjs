@@ -1,10 +1,14 @@
 // TypeScript SDK (@modelcontextprotocol/sdk 1.32.2) client that tether's tests use as a
-// reference peer. Connects to a Streamable HTTP endpoint, calls the `count` tool with a
-// progress callback and prints one JSON line per received progress notification
-// (`{"progress": p, "total": t}`) or log message (`{"log": data}`), then the result
-// (`{"result": CallToolResult}`). The SDK resumes a cut stream with GET + Last-Event-ID by
-// itself. Exits 0 on success, 1 if the tool failed, 2 on any other error.
-// Usage: node client.mjs URL N [--interval-ms MS] [--no-progress]
+// reference peer. Connects to a Streamable HTTP endpoint, calls a tool (`count` unless
+// `--tool` says otherwise) with a progress callback and prints one JSON line per received
+// progress notification (`{"progress": p, "total": t}`) or log message (`{"log": data}`),
+// then the result (`{"result": CallToolResult}`). The SDK resumes a cut stream with GET +
+// Last-Event-ID by itself. Exits 0 on success, 1 if the tool failed, 2 on any other error.
+//
+// The tool's arguments are `{"n": N, "interval_ms": MS}` (what `count` takes) unless
+// `--arguments JSON` replaces them; N may then be omitted, and is ignored if given.
+// Usage: node client.mjs URL [N] [--interval-ms MS] [--no-progress] [--tool NAME]
+//        [--arguments JSON]
 import { parseArgs } from 'node:util';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -16,9 +20,30 @@ const { values: opts, positionals } = parseArgs({
   options: {
     'interval-ms': { type: 'string', default: '0' },
     'no-progress': { type: 'boolean', default: false },
+    tool: { type: 'string', default: 'count' },
+    arguments: { type: 'string' },
   },
 });
 const [url, n] = positionals;
+const usage = (message) => {
+  console.error(`client: ${message}`);
+  process.exit(2);
+};
+if (url === undefined) usage('URL is required');
+let toolArguments;
+if (opts.arguments !== undefined) {
+  try {
+    toolArguments = JSON.parse(opts.arguments);
+  } catch (error) {
+    usage(`--arguments is not JSON: ${error.message}`);
+  }
+  if (toolArguments === null || typeof toolArguments !== 'object' || Array.isArray(toolArguments)) {
+    usage('--arguments must be a JSON object');
+  }
+} else {
+  if (n === undefined) usage('N is required unless --arguments is given');
+  toolArguments = { n: Number(n), interval_ms: Number(opts['interval-ms']) };
+}
 const emit = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
 
 const transport = new StreamableHTTPClientTransport(new URL(url), {
@@ -35,7 +60,7 @@ client.setNotificationHandler(LoggingMessageNotificationSchema, (note) => emit({
 try {
   await client.connect(transport);
   const result = await client.callTool(
-    { name: 'count', arguments: { n: Number(n), interval_ms: Number(opts['interval-ms']) } },
+    { name: opts.tool, arguments: toolArguments },
     undefined,
     {
       onprogress: opts['no-progress'] ? undefined : (p) => emit({ progress: p.progress, total: p.total }),

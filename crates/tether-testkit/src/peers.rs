@@ -10,9 +10,12 @@
 //! missing, it never skips.
 //!
 //! The interop servers take `--bind HOST:PORT` (the launcher appends `--bind 127.0.0.1:0`)
-//! and print `peer: serving http://127.0.0.1:PORT/mcp` on stdout when listening.
+//! and print `peer: serving http://127.0.0.1:PORT/mcp` on stdout when listening. The stdio
+//! servers ([`python_stdio_server`], [`everything_stdio_server`]) are [`PeerCommand`]s for a
+//! gateway to run (`tether serve -- CMD ARGS...`, see [`PeerCommand::into_command_line`]).
 
 use std::{
+    ffi::OsString,
     path::{Path, PathBuf},
     process::{ExitStatus, Stdio},
     time::Duration,
@@ -37,6 +40,15 @@ impl PeerCommand {
     #[must_use]
     pub fn into_parts(self) -> (PathBuf, Vec<String>) {
         (self.program, self.args)
+    }
+
+    /// The program followed by its arguments, as one list: the trailing `CMD ARGS...` of a
+    /// gateway such as `tether serve -- CMD ARGS...`.
+    #[must_use]
+    pub fn into_command_line(self) -> Vec<OsString> {
+        std::iter::once(self.program.into_os_string())
+            .chain(self.args.into_iter().map(OsString::from))
+            .collect()
     }
 
     /// Appends arguments.
@@ -232,6 +244,16 @@ fn path_arg(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// `interop/python/server.py --stdio`: the Python SDK server with the `count` tool as a
+/// stdio MCP server (JSON-RPC lines on stdin and stdout), for a gateway to run.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn python_stdio_server() -> anyhow::Result<PeerCommand> {
+    Ok(python_program("python/server.py")?.with_args(["--stdio"]))
+}
+
 /// `interop/python/server.py` for the launcher: the Python SDK server with the `count`
 /// tool, an event store and `retry` (500 ms). Add flags with [`ServerSpec::arg`]:
 /// `--retry-ms MS`, `--json-response`.
@@ -249,7 +271,13 @@ pub fn python_server() -> anyhow::Result<ServerSpec> {
 
 /// `interop/python/client.py URL N`: calls `count` with the Python SDK client and prints
 /// JSON lines (`{"progress": p, "total": t}`, `{"log": data}`, `{"result": …}`). Extra
-/// flags: `--interval-ms MS`, `--no-progress`.
+/// flags: `--interval-ms MS`, `--no-progress`, and `--tool NAME` with `--arguments JSON` to
+/// call another tool (the arguments then replace `{"n": N, "interval_ms": MS}`, and `N` is
+/// ignored).
+///
+/// The SDK resumes a cut stream correctly once; when the resumed stream breaks too, it
+/// resumes again from the first cursor, so the events in between arrive twice. Cut each
+/// stream at most once.
 ///
 /// # Errors
 ///
@@ -271,7 +299,10 @@ pub fn ts_server() -> anyhow::Result<ServerSpec> {
 
 /// `interop/ts/client.mjs URL N`: calls `count` with the TypeScript SDK client and prints
 /// the same JSON lines as [`python_client`]. Extra flags: `--interval-ms MS`,
-/// `--no-progress`.
+/// `--no-progress`, and `--tool NAME` with `--arguments JSON` as for [`python_client`].
+///
+/// It resumes every cut stream (up to 5 failed reconnects in a row), so it survives several
+/// cuts of one call.
 ///
 /// # Errors
 ///
@@ -306,6 +337,24 @@ pub fn everything_server() -> anyhow::Result<PeerCommand> {
         args: vec![
             path_arg(&npm_bin("mcp-server-everything")?),
             "streamableHttp".to_owned(),
+        ],
+    })
+}
+
+/// The reference server `@modelcontextprotocol/server-everything stdio`, run by Node 22: a
+/// stdio MCP server, for a gateway to run. Its `trigger-long-running-operation` tool
+/// (`{"duration": SECS, "steps": N}`) sends progress `1..=N` of total `N`, evenly spread,
+/// then the text `Long running operation completed. …`. It prints a start-up line on stderr.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn everything_stdio_server() -> anyhow::Result<PeerCommand> {
+    Ok(PeerCommand {
+        program: node22()?,
+        args: vec![
+            path_arg(&npm_bin("mcp-server-everything")?),
+            "stdio".to_owned(),
         ],
     })
 }

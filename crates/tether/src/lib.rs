@@ -21,5 +21,7 @@ pub mod client;
 #[cfg(feature = "server")]
 pub mod demo;
 #[cfg(feature = "server")]
+pub mod gateway;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod store;

@@ -1,0 +1,703 @@
+//! The stdio gateway: any stdio MCP server behind tether's resumable Streamable HTTP.
+//!
+//! [`StdioGateway`] is a [`Handler`] that runs one child process per session (started by
+//! `initialize`, stopped by DELETE, idle expiry, a failure or shutdown) and relays JSON-RPC
+//! between the session and the child's stdin and stdout, one message per line. What the
+//! child says goes through the request contexts, so it is stored before it is sent and a
+//! client that loses its connection resumes without a gap, although the child knows nothing
+//! of HTTP.
+//!
+//! Routing of the child's output: a response goes to the request with its id (the client's
+//! ids are passed through unchanged: ids are unique per session and direction); a progress
+//! notification to the request that carries its `progressToken`; any other notification and
+//! any server→client request to the one request in flight if there is exactly one, otherwise
+//! to the session's standalone stream. The client's answers to server→client requests are
+//! written back to the child under the child's own ids; cancellations of client requests
+//! become `notifications/cancelled` to the child.
+//!
+//! A child that exits, writes a line that is not a JSON-RPC message (or longer than
+//! [`GatewayConfig::max_line_bytes`]) or does not answer `initialize` in time fails its
+//! session: the requests in flight get JSON-RPC errors and the session answers 404 from then
+//! on, with a log line saying why. A child that floods its output is slowed to the store's
+//! pace: the next line is read only after the previous message was stored. The child's stderr
+//! goes to the log, tagged with its session. Children run in their own process group, which
+//! is killed when the session ends; if tether itself dies, their stdin reaches end-of-file.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tether_proto::ids::SessionId;
+use tether_proto::jsonrpc::{
+    CANCELLED_NOTIFICATION, ErrorObject, INTERNAL_ERROR, Message, Notification, ProgressToken,
+    Request, RequestId, Response,
+};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::{ChildStdin, Command};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::server::{ContextError, Handler, RequestContext, ServerInfo, SessionContext};
+
+/// Default for [`GatewayConfig::initialize_timeout`]: generous for a server started through
+/// `npx` or `uvx` on a cold cache.
+pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default for [`GatewayConfig::max_line_bytes`]: the SSE event limit of `tether-sse`, so any
+/// message the child may write can also be sent.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long a child may take to exit after its stdin closed before its process group is
+/// killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// Lines queued for a child's stdin before writers wait.
+const STDIN_QUEUE: usize = 64;
+
+/// What the gateway runs and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayConfig {
+    /// The stdio server's program.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// How long the child may take to answer `initialize`.
+    pub initialize_timeout: Duration,
+    /// The longest line the child may write to stdout.
+    pub max_line_bytes: usize,
+}
+
+impl GatewayConfig {
+    /// Runs `program` with `args`, with the default limits.
+    pub fn new(program: impl Into<OsString>, args: impl IntoIterator<Item = OsString>) -> Self {
+        Self {
+            program: program.into(),
+            args: args.into_iter().collect(),
+            initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        }
+    }
+}
+
+/// The gateway [`Handler`]; see the module docs.
+#[derive(Debug)]
+pub struct StdioGateway {
+    config: GatewayConfig,
+    children: Mutex<HashMap<SessionId, Arc<Child>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl StdioGateway {
+    /// A gateway that will run `config.program` for each session.
+    #[must_use]
+    pub fn new(config: GatewayConfig) -> Self {
+        Self {
+            config,
+            children: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How many children are running.
+    #[must_use]
+    pub fn children(&self) -> usize {
+        lock(&self.children).len()
+    }
+
+    fn child(&self, session: &SessionId) -> Option<Arc<Child>> {
+        lock(&self.children).get(session).cloned()
+    }
+
+    fn remove(&self, session: &SessionId) -> Option<Arc<Child>> {
+        lock(&self.children).remove(session)
+    }
+}
+
+/// A JSON-RPC error from the gateway itself.
+fn gateway_error(message: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(INTERNAL_ERROR, message)
+}
+
+#[async_trait]
+impl Handler for StdioGateway {
+    fn server_info(&self) -> ServerInfo {
+        // Only used if `initialize` were not overridden: the child's own answer is sent.
+        ServerInfo {
+            name: "tether-gateway".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            capabilities: json!({}),
+            instructions: None,
+        }
+    }
+
+    async fn initialize(
+        &self,
+        request: &Request,
+        session: SessionContext,
+    ) -> Result<Value, ErrorObject> {
+        let id = session.session_id().clone();
+        let child = Child::spawn(&self.config, session.clone()).map_err(|error| {
+            tracing::error!(session = %id, %error, "cannot start the stdio server");
+            gateway_error(format!("cannot start the stdio server: {error}"))
+        })?;
+        lock(&self.children).insert(id.clone(), Arc::clone(&child));
+        let result = child.initialize(request, &session, &self.config).await;
+        if result.is_err()
+            && let Some(child) = self.remove(&id)
+        {
+            child.stop();
+        }
+        result
+    }
+
+    fn session_alive(&self, session: &SessionId) -> bool {
+        self.child(session).is_some_and(|child| !child.is_dead())
+    }
+
+    fn session_closed(&self, session: &SessionId) {
+        if let Some(child) = self.remove(session) {
+            tracing::info!(session = %session, "stopping the session's stdio server");
+            child.stop();
+        }
+    }
+
+    async fn shutdown(&self) {
+        let children: Vec<Arc<Child>> = lock(&self.children).drain().map(|(_, c)| c).collect();
+        for child in &children {
+            child.stop();
+        }
+        for child in children {
+            child.stopped().await;
+        }
+    }
+
+    async fn handle_request(
+        &self,
+        request: Request,
+        context: RequestContext,
+    ) -> Result<Value, ErrorObject> {
+        let session = context.session().session_id().clone();
+        let Some(child) = self.child(&session) else {
+            return Err(gateway_error("this session's stdio server is not running"));
+        };
+        child.call(request, context).await
+    }
+
+    async fn handle_notification(&self, notification: Notification, session: SessionContext) {
+        if let Some(child) = self.child(session.session_id()) {
+            child.send(&Message::Notification(notification)).await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One child
+
+/// A client request the child has not answered yet.
+struct Pending {
+    /// `None` for `initialize`, which has no request context.
+    context: Option<RequestContext>,
+    answer: oneshot::Sender<Result<Value, ErrorObject>>,
+}
+
+#[derive(Default)]
+struct Routing {
+    pending: HashMap<RequestId, Pending>,
+    /// Why the child is dead, once it is.
+    dead: Option<String>,
+}
+
+/// One session's stdio server.
+struct Child {
+    session: SessionContext,
+    stdin: mpsc::Sender<Vec<u8>>,
+    routing: Mutex<Routing>,
+    /// Cancelled to stop the child (the session ended).
+    stop: CancellationToken,
+    /// Cancelled once the process has exited and been reaped.
+    exited: CancellationToken,
+}
+
+impl std::fmt::Debug for Child {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Child")
+            .field("session", self.session.session_id())
+            .field("dead", &lock(&self.routing).dead)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Child {
+    /// Starts the process and the tasks that feed its stdin, read its stdout and stderr, and
+    /// reap it.
+    fn spawn(config: &GatewayConfig, session: SessionContext) -> std::io::Result<Arc<Self>> {
+        let mut command = Command::new(&config.program);
+        command
+            .args(&config.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        command.process_group(0);
+        let mut process = command.spawn()?;
+        let (stdin, stdout, stderr) = match (
+            process.stdin.take(),
+            process.stdout.take(),
+            process.stderr.take(),
+        ) {
+            (Some(stdin), Some(stdout), Some(stderr)) => (stdin, stdout, stderr),
+            _ => return Err(std::io::Error::other("the child's pipes are missing")),
+        };
+        let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+        let child = Arc::new(Self {
+            session,
+            stdin: tx,
+            routing: Mutex::new(Routing::default()),
+            stop: CancellationToken::new(),
+            exited: CancellationToken::new(),
+        });
+        let id = child.session.session_id().clone();
+        tracing::info!(session = %id, pid = process.id(), "stdio server started");
+        tokio::spawn(feed_stdin(stdin, rx, child.stop.clone()));
+        tokio::spawn(log_stderr(BufReader::new(stderr), id));
+        tokio::spawn(Arc::clone(&child).read_stdout(BufReader::new(stdout), config.max_line_bytes));
+        tokio::spawn(Arc::clone(&child).reap(process));
+        Ok(child)
+    }
+
+    fn is_dead(&self) -> bool {
+        lock(&self.routing).dead.is_some()
+    }
+
+    /// Stops the child: closes its stdin, then kills its process group after a grace period.
+    fn stop(&self) {
+        self.die("the session ended".to_owned());
+        self.stop.cancel();
+    }
+
+    async fn stopped(&self) {
+        self.exited.cancelled().await;
+    }
+
+    /// Marks the child dead (once) and fails every request it has not answered.
+    fn die(&self, why: String) {
+        let pending = {
+            let mut routing = lock(&self.routing);
+            if routing.dead.is_some() {
+                return;
+            }
+            routing.dead = Some(why.clone());
+            std::mem::take(&mut routing.pending)
+        };
+        for (_, pending) in pending {
+            let _ = pending.answer.send(Err(gateway_error(format!(
+                "the stdio server failed: {why}"
+            ))));
+        }
+    }
+
+    /// Fails the session: the child is dead, so is the session (the transport answers 404
+    /// from now on, through `session_alive`).
+    fn fail(&self, why: String) {
+        tracing::error!(session = %self.session.session_id(), reason = %why, "stdio server failed; ending its session");
+        self.die(why);
+        self.stop.cancel();
+    }
+
+    /// Writes one message to the child's stdin (dropped if the child is gone).
+    async fn send(&self, message: &Message) {
+        let mut line = message.to_vec();
+        line.push(b'\n');
+        let _ = self.stdin.send(line).await;
+    }
+
+    /// Sends `initialize` (at the session's negotiated version) and waits for the answer;
+    /// then `notifications/initialized`, which the transport consumed.
+    async fn initialize(
+        self: &Arc<Self>,
+        request: &Request,
+        session: &SessionContext,
+        config: &GatewayConfig,
+    ) -> Result<Value, ErrorObject> {
+        let negotiated = session.protocol_version();
+        let mut forwarded = request.clone();
+        let mut params = forwarded.params.take().unwrap_or_else(|| json!({}));
+        params["protocolVersion"] = Value::from(negotiated.as_str());
+        forwarded.params = Some(params);
+        let (tx, rx) = oneshot::channel();
+        // Initialize has no request context: register a waiter keyed by its id.
+        let waiter = InitializeWaiter::register(self, request.id.clone(), tx);
+        self.send(&Message::Request(forwarded)).await;
+        let answer = tokio::select! {
+            answer = rx => match answer {
+                Ok(answer) => answer,
+                Err(_) => Err(gateway_error("the stdio server exited during initialize")),
+            },
+            () = tokio::time::sleep(config.initialize_timeout) => {
+                let why = format!("no answer to initialize within {:?}", config.initialize_timeout);
+                self.fail(why.clone());
+                Err(gateway_error(format!("the stdio server failed: {why}")))
+            }
+        };
+        drop(waiter);
+        let result = answer?;
+        let version = result.get("protocolVersion").and_then(Value::as_str);
+        if version != Some(negotiated.as_str()) {
+            let why = format!(
+                "it answered initialize with protocol version {version:?}, not {negotiated}"
+            );
+            self.fail(why.clone());
+            return Err(gateway_error(format!("the stdio server failed: {why}")));
+        }
+        self.send(&Message::Notification(Notification::new(
+            "notifications/initialized",
+            None,
+        )))
+        .await;
+        Ok(result)
+    }
+
+    /// Relays one client request and waits for the child's answer. On cancellation the
+    /// child is told, and the (discarded) result is an error.
+    async fn call(&self, request: Request, context: RequestContext) -> Result<Value, ErrorObject> {
+        let id = request.id.clone();
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut routing = lock(&self.routing);
+            if let Some(why) = &routing.dead {
+                return Err(gateway_error(format!("the stdio server failed: {why}")));
+            }
+            routing.pending.insert(
+                id.clone(),
+                Pending {
+                    context: Some(context.clone()),
+                    answer: tx,
+                },
+            );
+        }
+        self.send(&Message::Request(request)).await;
+        tokio::select! {
+            answer = rx => match answer {
+                Ok(answer) => answer,
+                Err(_) => Err(gateway_error("the stdio server stopped")),
+            },
+            () = context.cancelled() => {
+                lock(&self.routing).pending.remove(&id);
+                let params = json!({"requestId": id, "reason": "cancelled by the client"});
+                self.send(&Message::Notification(Notification::new(CANCELLED_NOTIFICATION, Some(params)))).await;
+                Err(gateway_error("cancelled"))
+            }
+        }
+    }
+
+    /// Reads the child's stdout line by line and routes each message; the end of stdout (or
+    /// a bad line) is the end of the child.
+    async fn read_stdout(self: Arc<Self>, mut stdout: impl AsyncBufRead + Unpin, max: usize) {
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match read_line(&mut stdout, &mut line, max).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.die("it exited (end of its output)".to_owned());
+                    return;
+                }
+                Err(why) => {
+                    self.fail(why);
+                    return;
+                }
+            }
+            let text = line.trim_ascii();
+            if text.is_empty() {
+                continue;
+            }
+            let message = serde_json::from_slice(text)
+                .map_err(|error| error.to_string())
+                .and_then(|value| Message::from_value(value).map_err(|error| error.to_string()));
+            match message {
+                Ok(message) => self.route(message).await,
+                Err(error) => {
+                    let shown: String = String::from_utf8_lossy(text).chars().take(200).collect();
+                    self.fail(format!(
+                        "it wrote a line that is not JSON-RPC ({error}): {shown:?}"
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Delivers one message from the child.
+    async fn route(self: &Arc<Self>, message: Message) {
+        match message {
+            Message::Response(response) => self.answer(response),
+            Message::Notification(notification) => {
+                let target = self.target(notification.progress_token().as_ref());
+                let params = notification.params.unwrap_or(Value::Null);
+                // Awaited: the next line is read only once this one is stored (backpressure).
+                let sent = match &target {
+                    Some(context) => context.notify(&notification.method, params).await,
+                    None => self.session.notify(&notification.method, params).await,
+                };
+                if let Err(error) = sent {
+                    tracing::debug!(session = %self.session.session_id(), %error, method = %notification.method, "notification from the stdio server dropped");
+                }
+            }
+            Message::Request(request) => {
+                let target = self.target(None);
+                let child = Arc::clone(self);
+                // Spawned: the client may take its time to answer, and the child's other
+                // messages must keep flowing meanwhile.
+                tokio::spawn(async move {
+                    let params = request.params.unwrap_or(Value::Null);
+                    let answer = match &target {
+                        Some(context) => context.request(&request.method, params).await,
+                        None => child.session.request(&request.method, params).await,
+                    };
+                    let response = match answer {
+                        Ok(result) => Response::success(request.id, result),
+                        Err(ContextError::Remote(error)) => {
+                            Response::error(Some(request.id), error)
+                        }
+                        Err(error) => Response::error(
+                            Some(request.id),
+                            gateway_error(format!("no answer from the client: {error}")),
+                        ),
+                    };
+                    child.send(&Message::Response(response)).await;
+                });
+            }
+        }
+    }
+
+    /// Hands the child's response to the request waiting for it (or to initialize).
+    fn answer(&self, response: Response) {
+        let Some(id) = response.id().cloned() else {
+            tracing::warn!(session = %self.session.session_id(), "the stdio server sent a response without an id");
+            return;
+        };
+        let waiter = lock(&self.routing).pending.remove(&id);
+        let result = match response {
+            Response::Result(result) => Ok(result.result),
+            Response::Error(error) => Err(error.error),
+        };
+        match waiter {
+            Some(pending) => {
+                let _ = pending.answer.send(result);
+            }
+            None => {
+                tracing::debug!(session = %self.session.session_id(), request = %id, "response to no pending request dropped");
+            }
+        }
+    }
+
+    /// The request a related message belongs to: the one with `token`, else the only one
+    /// in flight; `None` for the standalone stream.
+    fn target(&self, token: Option<&ProgressToken>) -> Option<RequestContext> {
+        let routing = lock(&self.routing);
+        let mut contexts = routing
+            .pending
+            .values()
+            .filter_map(|pending| pending.context.as_ref());
+        if let Some(token) = token
+            && let Some(context) = contexts
+                .clone()
+                .find(|context| context.progress_token() == Some(token))
+        {
+            return Some(context.clone());
+        }
+        match (contexts.next(), contexts.next()) {
+            (Some(only), None) => Some(only.clone()),
+            _ => None,
+        }
+    }
+
+    /// Waits for the process to exit, or stops it: stdin is closed first (a stdio server
+    /// exits on end-of-file), then the whole process group is killed after a grace period.
+    async fn reap(self: Arc<Self>, mut process: tokio::process::Child) {
+        let id = self.session.session_id().clone();
+        let status = tokio::select! {
+            status = process.wait() => status,
+            () = self.stop.cancelled() => {
+                match tokio::time::timeout(EXIT_GRACE, process.wait()).await {
+                    Ok(status) => status,
+                    Err(_) => {
+                        kill_group(&process);
+                        let _ = process.start_kill();
+                        process.wait().await
+                    }
+                }
+            }
+        };
+        // Whatever the child left behind in its group goes with it.
+        kill_group(&process);
+        match status {
+            Ok(status) => tracing::info!(session = %id, %status, "stdio server exited"),
+            Err(error) => tracing::warn!(session = %id, %error, "could not reap the stdio server"),
+        }
+        self.die("it exited".to_owned());
+        self.exited.cancel();
+    }
+}
+
+/// Kills the child's process group (it leads its own, see `spawn`).
+fn kill_group(process: &tokio::process::Child) {
+    #[cfg(unix)]
+    if let Some(pid) = process.id().and_then(|pid| i32::try_from(pid).ok()) {
+        let _ =
+            nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
+    }
+    #[cfg(not(unix))]
+    let _ = process;
+}
+
+/// Registers the waiter for the child's answer to `initialize`, which has no
+/// [`RequestContext`]; dropping it unregisters it.
+struct InitializeWaiter {
+    child: Arc<Child>,
+    id: RequestId,
+}
+
+impl InitializeWaiter {
+    fn register(
+        child: &Arc<Child>,
+        id: RequestId,
+        answer: oneshot::Sender<Result<Value, ErrorObject>>,
+    ) -> Self {
+        lock(&child.routing).pending.insert(
+            id.clone(),
+            Pending {
+                context: None,
+                answer,
+            },
+        );
+        Self {
+            child: Arc::clone(child),
+            id,
+        }
+    }
+}
+
+impl Drop for InitializeWaiter {
+    fn drop(&mut self) {
+        lock(&self.child.routing).pending.remove(&self.id);
+    }
+}
+
+/// Reads one line (without its LF) into `line`; `Ok(false)` at end of input. A line longer
+/// than `max` is an error, found before it is all in memory.
+async fn read_line(
+    reader: &mut (impl AsyncBufRead + Unpin),
+    line: &mut Vec<u8>,
+    max: usize,
+) -> Result<bool, String> {
+    loop {
+        let available = reader
+            .fill_buf()
+            .await
+            .map_err(|error| format!("reading its output failed: {error}"))?;
+        if available.is_empty() {
+            return Ok(!line.is_empty());
+        }
+        let (taken, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        let end = if done { taken - 1 } else { taken };
+        line.extend_from_slice(&available[..end]);
+        reader.consume(taken);
+        if line.len() > max {
+            return Err(format!("it wrote a line longer than {max} bytes"));
+        }
+        if done {
+            return Ok(true);
+        }
+    }
+}
+
+/// Writes queued lines to the child's stdin until the queue closes or the child is stopped;
+/// then closes stdin, which tells a stdio server to exit.
+async fn feed_stdin(
+    mut stdin: ChildStdin,
+    mut lines: mpsc::Receiver<Vec<u8>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let line = tokio::select! {
+            line = lines.recv() => line,
+            () = stop.cancelled() => None,
+        };
+        let Some(line) = line else { break };
+        if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = stdin.shutdown().await;
+}
+
+/// Logs the child's stderr, one line per record, tagged with its session.
+async fn log_stderr(mut stderr: impl AsyncBufRead + Unpin, session: SessionId) {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match stderr.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(line.trim_ascii_end());
+                tracing::info!(target: "tether::gateway::stderr", session = %session, "{text}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lines(input: &[u8], max: usize) -> Vec<Result<Vec<u8>, String>> {
+        let mut reader = BufReader::with_capacity(4, input);
+        let mut out = Vec::new();
+        loop {
+            let mut line = Vec::new();
+            match read_line(&mut reader, &mut line, max).await {
+                Ok(true) => out.push(Ok(line)),
+                Ok(false) => return out,
+                Err(error) => {
+                    out.push(Err(error));
+                    return out;
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn lines_are_split_on_lf_across_small_reads() {
+        let got = lines(b"{\"a\":1}\n{\"b\":22}\nlast", 100).await;
+        assert_eq!(
+            got,
+            vec![
+                Ok(b"{\"a\":1}".to_vec()),
+                Ok(b"{\"b\":22}".to_vec()),
+                Ok(b"last".to_vec())
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_overlong_line_is_an_error_before_it_is_read_whole() {
+        let mut input = vec![b'x'; 1000];
+        input.push(b'\n');
+        let got = lines(&input, 10).await;
+        assert_eq!(got.len(), 1);
+        assert!(got[0].as_ref().is_err_and(|e| e.contains("longer than 10")));
+    }
+}
