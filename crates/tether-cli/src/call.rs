@@ -22,11 +22,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tether::client::{
-    Client, ClientConfig, ClientEvent, Error, ResumptionToken, StaticToken, ToolCall, ToolCallItem,
+    Client, ClientConfig, ClientEvent, Error, ResumptionToken, ToolCall, ToolCallItem,
 };
 use tether::proto::jsonrpc::{ErrorObject, Message, Response};
 
-use crate::UsageError;
+use crate::{UsageError, remote};
 
 /// Exit codes (CONTRACTS.md).
 const EXIT_TOOL_ERROR: u8 = 1;
@@ -129,13 +129,7 @@ fn plan(args: &CallArgs) -> anyhow::Result<(SavedCall, Value, Option<PathBuf>)> 
             Err(e) => return Err(UsageError(format!("--args is not JSON: {e}")).into()),
         },
     };
-    let mut headers = Vec::new();
-    for header in &args.headers {
-        let Some((name, value)) = header.split_once(':') else {
-            return Err(UsageError(format!("--header {header:?}: expected 'Name: value'")).into());
-        };
-        headers.push((name.trim().to_owned(), value.trim().to_owned()));
-    }
+    let headers = remote::parse_headers(&args.headers)?;
     let bearer_token_file = match &args.bearer_token_file {
         None => None,
         Some(path) => Some(
@@ -172,9 +166,7 @@ fn config(
         config.reconnect.budget.max_elapsed = Duration::from_secs(secs);
     }
     if let Some(path) = &saved.bearer_token_file {
-        let token = fs::read_to_string(path)
-            .map_err(|e| UsageError(format!("--bearer-token-file {}: {e}", path.display())))?;
-        config.auth = Some(Arc::new(StaticToken(token.trim().to_owned())));
+        config.auth = Some(remote::bearer_auth(path)?);
     }
     if let Some(path) = token_file {
         let template = saved.clone();

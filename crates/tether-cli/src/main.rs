@@ -6,6 +6,8 @@
 //! 4 session expired). Each subcommand lives in its own module and calls the library.
 
 mod call;
+mod connect;
+mod remote;
 mod serve;
 
 use std::{fmt, io::IsTerminal as _, process::ExitCode};
@@ -30,8 +32,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Call one tool and show its progress, resuming across connection cuts.
     Call(Box<call::CallArgs>),
-    /// Bridge stdio to a remote MCP server.
-    Connect(Passthrough),
+    /// Bridge stdio to a remote MCP server, surviving cuts and restarts.
+    Connect(Box<connect::ConnectArgs>),
     /// Measure tether against its peers.
     Bench(Passthrough),
 }
@@ -81,7 +83,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init_logging("warn");
             return call::run(*args);
         }
-        Command::Connect(_) => "connect",
+        Command::Connect(args) => {
+            init_logging("warn");
+            return connect::run(*args);
+        }
         Command::Bench(_) => "bench",
     };
     eprintln!("tether: `tether {name}` is not implemented yet; see the README for what has landed");

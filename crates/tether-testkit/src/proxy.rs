@@ -110,7 +110,8 @@ pub struct FaultEvent {
     /// What was injected.
     pub kind: FaultKind,
     /// Server→client bytes the client had received when the fault took effect (0 for slow and
-    /// refuse, which act from the start).
+    /// refuse, which act from the start, and for cuts asked for by
+    /// [`FaultProxy::cut_open_connections`], which happen at no planned offset).
     pub at_byte: u64,
     /// For [`FaultKind::Slow`] the rate in bytes/s; for [`FaultKind::Truncate`] the complete
     /// events before the partial one; otherwise 0.
@@ -362,6 +363,7 @@ impl FaultProxy {
             }),
             counters: Atomics::default(),
             active: watch::Sender::new(0),
+            cut_now: watch::Sender::new(0),
         });
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared), stopped));
@@ -471,6 +473,15 @@ impl FaultProxy {
         state.refuse_next = 0;
     }
 
+    /// Cuts (FIN both ways, counted and logged as cuts) every connection open right now,
+    /// whatever its plan: a cut placed by the test at a moment it chose, for example while
+    /// only streams that can be resumed are open. Connections accepted later are untouched.
+    pub fn cut_open_connections(&self) {
+        self.shared
+            .cut_now
+            .send_modify(|generation| *generation += 1);
+    }
+
     /// Waits until no connection is being forwarded; `false` if that took longer than
     /// `timeout` (a stalled connection stays open until its hold ends).
     pub async fn wait_idle(&self, timeout: Duration) -> bool {
@@ -513,6 +524,8 @@ struct Shared {
     counters: Atomics,
     /// Connections open; a watch so that [`FaultProxy::wait_idle`] can wait without polling.
     active: watch::Sender<u64>,
+    /// Bumped by [`FaultProxy::cut_open_connections`]; every open connection watches it.
+    cut_now: watch::Sender<u64>,
 }
 
 /// Mutable state behind one lock, never held across an await.

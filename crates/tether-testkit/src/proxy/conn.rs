@@ -18,7 +18,9 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use super::plan::{Assignment, Ending};
 use super::scan::SseScanner;
-use super::{ActiveGuard, CLOSE_DRAIN, CONNECT_TIMEOUT, FaultEvent, HOLD_LIMIT, READ_BUF, Shared};
+use super::{
+    ActiveGuard, CLOSE_DRAIN, CONNECT_TIMEOUT, FaultEvent, FaultKind, HOLD_LIMIT, READ_BUF, Shared,
+};
 
 /// Closes `stream` with an RST: `SO_LINGER` 0 makes `close` abort the connection.
 pub(super) fn reset(stream: TcpStream) {
@@ -37,6 +39,8 @@ enum End {
     Broken,
     /// The assigned ending fault is due now: the client has `at_byte` bytes.
     Fired { at_byte: u64, events: u64 },
+    /// The test asked for every open connection to be cut.
+    CutNow,
 }
 
 /// Forwards `client` to the upstream until one side ends or the assigned fault fires.
@@ -70,9 +74,12 @@ pub(super) async fn serve(
         let up = client_to_server(&mut client_read, &mut upstream_write, &shared);
         tokio::pin!(down, up);
         let mut up_done = false;
+        let mut cut_now = shared.cut_now.subscribe();
+        cut_now.mark_unchanged();
         let end = loop {
             tokio::select! {
                 end = &mut down => break end,
+                Ok(()) = cut_now.changed() => break End::CutNow,
                 result = &mut up, if !up_done => match result {
                     // The client half-closed; keep forwarding to it.
                     Ok(()) => up_done = true,
@@ -117,6 +124,16 @@ pub(super) async fn serve(
                     close_cleanly(client, upstream).await;
                 }
             }
+        }
+        (End::CutNow, _) => {
+            shared.release(&assignment);
+            shared.record(FaultEvent {
+                conn,
+                kind: FaultKind::Cut,
+                at_byte: 0,
+                detail: 0,
+            });
+            close_cleanly(client, upstream).await;
         }
         (End::UpstreamError, _) => {
             shared.release(&assignment);

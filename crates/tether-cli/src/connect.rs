@@ -1,0 +1,415 @@
+//! `tether connect URL`: a stdio MCP server that is really a remote Streamable HTTP server,
+//! reached with tether's client, so a desktop assistant that launches stdio servers gets one
+//! that survives cuts, stalls and server restarts without noticing the network.
+//!
+//! stdin carries the local client's JSON-RPC, one message per line; stdout carries the
+//! server's messages and nothing else (logs go to stderr). The local `initialize` becomes
+//! [`Client::connect`] with the local client's capabilities, name and version, and is
+//! answered with the server's result; the client replays the same initialize by itself when
+//! the server loses the session (404). Each local request becomes one
+//! [`Client::request`], whose stream (resumed with `Last-Event-ID` across cuts, exactly once)
+//! is copied to stdout with the final response put back under the local request's id;
+//! server→client requests go to stdout under the server's ids and the local answers go back
+//! with [`Client::respond`]. A request that fails (the session expired under it, the
+//! reconnect budget ran out) is answered with a JSON-RPC error, and a re-initialization is
+//! announced with a `notifications/message` log notification. End of stdin closes the
+//! session (DELETE) and exits 0.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+use tether::client::{Client, ClientConfig, ClientEvent, Error, MessageStream};
+use tether::proto::jsonrpc::{
+    CANCELLED_NOTIFICATION, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Message, Notification,
+    PARSE_ERROR, Request, RequestId, Response,
+};
+use tether::proto::version::ProtocolVersion;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
+use tokio::sync::mpsc;
+
+use crate::{UsageError, remote};
+
+/// The longest line accepted on stdin: the SSE event limit, so anything the server could
+/// send back fits too.
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// Lines queued for stdout before senders wait.
+const STDOUT_QUEUE: usize = 256;
+
+/// How long the DELETE at the end may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The logger name of the bridge's own log notifications.
+const LOGGER: &str = "tether-connect";
+
+/// Arguments of `tether connect`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ConnectArgs {
+    /// The MCP endpoint, e.g. https://example.com/mcp.
+    url: String,
+    /// An extra header on every request, `Name: value` (repeatable).
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    headers: Vec<String>,
+    /// Send `Authorization: Bearer` with the token read from this file.
+    #[arg(long, value_name = "F")]
+    bearer_token_file: Option<PathBuf>,
+    /// Give a stream up as dead after this long without a byte (not even a keep-alive), and
+    /// resume it.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    idle_timeout_secs: u64,
+    /// Give up reconnecting a stream after this long (its request then fails).
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    reconnect_budget_secs: u64,
+}
+
+/// Runs `tether connect` until stdin ends.
+pub(crate) fn run(args: ConnectArgs) -> anyhow::Result<ExitCode> {
+    let mut config = ClientConfig {
+        headers: remote::parse_headers(&args.headers)?,
+        ..ClientConfig::default()
+    };
+    if let Some(path) = &args.bearer_token_file {
+        config.auth = Some(remote::bearer_auth(path)?);
+    }
+    config.reconnect.idle_timeout = Duration::from_secs(args.idle_timeout_secs.max(1));
+    config.reconnect.budget.max_elapsed = Duration::from_secs(args.reconnect_budget_secs.max(1));
+    if !args.url.starts_with("http://") && !args.url.starts_with("https://") {
+        return Err(UsageError(format!("{:?} is not an http(s) URL", args.url)).into());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let stdin = BufReader::new(tokio::io::stdin());
+    runtime.block_on(Bridge::new(args.url, config).run(stdin))?;
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The bridge's state: the remote session once initialized, and which local request each
+/// remote request id stands for (for cancellations).
+struct Bridge {
+    url: String,
+    config: ClientConfig,
+    out: mpsc::Sender<Message>,
+    out_rx: Option<mpsc::Receiver<Message>>,
+    client: Option<Client>,
+    /// Local request id → the remote request id it was sent under.
+    remote_ids: Arc<Mutex<HashMap<RequestId, RequestId>>>,
+}
+
+impl Bridge {
+    fn new(url: String, config: ClientConfig) -> Self {
+        let (out, out_rx) = mpsc::channel(STDOUT_QUEUE);
+        Self {
+            url,
+            config,
+            out,
+            out_rx: Some(out_rx),
+            client: None,
+            remote_ids: Arc::default(),
+        }
+    }
+
+    async fn run(mut self, mut stdin: impl AsyncBufRead + Unpin) -> anyhow::Result<()> {
+        let writer = tokio::spawn(write_stdout(self.out_rx.take().context("stdout queue")?));
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match read_line(&mut stdin, &mut line).await {
+                Ok(false) => break,
+                Ok(true) => {}
+                Err(error) => {
+                    tracing::error!(%error, "reading stdin failed");
+                    break;
+                }
+            }
+            let text = line.trim_ascii();
+            if text.is_empty() {
+                continue;
+            }
+            let message = serde_json::from_slice::<Value>(text)
+                .map_err(|error| error.to_string())
+                .and_then(|value| Message::from_value(value).map_err(|error| error.to_string()));
+            match message {
+                Ok(message) => self.handle(message).await,
+                Err(error) => {
+                    tracing::warn!(%error, "stdin line is not JSON-RPC");
+                    let error = ErrorObject::new(PARSE_ERROR, format!("not JSON-RPC: {error}"));
+                    self.emit(Message::Response(Response::error(None, error)))
+                        .await;
+                }
+            }
+        }
+        if let Some(client) = self.client.take()
+            && tokio::time::timeout(CLOSE_TIMEOUT, client.close())
+                .await
+                .is_err()
+        {
+            tracing::warn!("closing the session timed out");
+        }
+        drop(self.out);
+        let _ = writer.await;
+        Ok(())
+    }
+
+    async fn emit(&self, message: Message) {
+        let _ = self.out.send(message).await;
+    }
+
+    /// One message from the local client.
+    async fn handle(&mut self, message: Message) {
+        match message {
+            Message::Request(request) if request.is_initialize() => self.initialize(request).await,
+            Message::Request(request) => {
+                let Some(client) = self.client.clone() else {
+                    let error = ErrorObject::new(INVALID_REQUEST, "send initialize first");
+                    self.emit(Message::Response(Response::error(Some(request.id), error)))
+                        .await;
+                    return;
+                };
+                tokio::spawn(relay(
+                    client,
+                    request,
+                    self.out.clone(),
+                    Arc::clone(&self.remote_ids),
+                ));
+            }
+            Message::Notification(notification) => self.notify(notification).await,
+            Message::Response(response) => match &self.client {
+                Some(client) => {
+                    if let Err(error) = client.respond(response).await {
+                        tracing::warn!(%error, "an answer to the server could not be sent");
+                    }
+                }
+                None => tracing::warn!("an answer before initialize dropped"),
+            },
+        }
+    }
+
+    /// `initialize`: connects with the local client's identity and answers with the server's
+    /// result.
+    async fn initialize(&mut self, request: Request) {
+        let params = request.params.clone().unwrap_or_else(|| json!({}));
+        let mut config = self.config.clone();
+        if let Some(version) = params["protocolVersion"]
+            .as_str()
+            .and_then(|v| v.parse::<ProtocolVersion>().ok())
+        {
+            config.protocol_version = version;
+        }
+        if let Some(capabilities) = params.get("capabilities") {
+            config.capabilities = capabilities.clone();
+        }
+        if let Some(name) = params["clientInfo"]["name"].as_str() {
+            config.client_name = name.to_owned();
+        }
+        if let Some(version) = params["clientInfo"]["version"].as_str() {
+            config.client_version = version.to_owned();
+        }
+        match Client::connect(&self.url, config).await {
+            Ok(client) => {
+                let result = client.server_info();
+                tokio::spawn(announce_reinitializations(client.clone(), self.out.clone()));
+                tokio::spawn(relay_standalone(client.clone(), self.out.clone()));
+                if let Some(old) = self.client.replace(client) {
+                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, old.close()).await;
+                }
+                self.emit(Message::Response(Response::success(request.id, result)))
+                    .await;
+            }
+            Err(error) => {
+                tracing::error!(%error, url = %self.url, "cannot connect");
+                let error = ErrorObject::new(
+                    INTERNAL_ERROR,
+                    format!("tether connect: cannot reach {}: {error}", self.url),
+                );
+                self.emit(Message::Response(Response::error(Some(request.id), error)))
+                    .await;
+            }
+        }
+    }
+
+    /// A notification from the local client: `initialized` was already sent by
+    /// [`Client::connect`]; cancellations name the remote id; the rest go as they are.
+    async fn notify(&self, notification: Notification) {
+        let Some(client) = &self.client else { return };
+        if notification.method == "notifications/initialized" {
+            return;
+        }
+        let mut params = notification.params;
+        if notification.method == CANCELLED_NOTIFICATION
+            && let Some(params) = params.as_mut()
+            && let Some(local) = RequestId::from_value(&params["requestId"])
+            && let Some(remote) = lock(&self.remote_ids).get(&local).cloned()
+        {
+            params["requestId"] = json!(remote);
+        }
+        if let Err(error) = client.notify(&notification.method, params).await {
+            tracing::warn!(%error, method = %notification.method, "a notification could not be sent");
+        }
+    }
+}
+
+/// One local request: sent, its stream copied to stdout, its response put back under the
+/// local id; a failure becomes a JSON-RPC error.
+async fn relay(
+    client: Client,
+    request: Request,
+    out: mpsc::Sender<Message>,
+    remote_ids: Arc<Mutex<HashMap<RequestId, RequestId>>>,
+) {
+    let local = request.id;
+    let stream = match client.request(&request.method, request.params).await {
+        Ok(stream) => stream,
+        Err(error) => {
+            let _ = out.send(failure(local, &error)).await;
+            return;
+        }
+    };
+    if let Some(remote) = stream.request_id() {
+        lock(&remote_ids).insert(local.clone(), remote.clone());
+    }
+    let answer = copy_stream(stream, &out).await;
+    lock(&remote_ids).remove(&local);
+    let message = match answer {
+        Ok(Some(response)) => Message::Response(with_id(response, local)),
+        Ok(None) => failure(
+            local,
+            &Error::Protocol("the stream ended without a response".to_owned()),
+        ),
+        Err(error) => failure(local, &error),
+    };
+    let _ = out.send(message).await;
+}
+
+/// Copies a stream's messages to stdout until its final response, which is returned. Each
+/// message is committed once it is queued for stdout.
+async fn copy_stream(
+    mut stream: MessageStream,
+    out: &mpsc::Sender<Message>,
+) -> Result<Option<Response>, Error> {
+    while let Some(message) = stream.next().await {
+        match message? {
+            Message::Response(response) => {
+                stream.ack();
+                return Ok(Some(response));
+            }
+            // Answered by the client already; the local client must not answer it again.
+            Message::Request(request) if request.method == "ping" => {}
+            message => {
+                if out.send(message).await.is_err() {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The standalone stream's messages, copied to stdout for as long as the client lives.
+async fn relay_standalone(client: Client, out: mpsc::Sender<Message>) {
+    let Ok(mut stream) = client.server_messages() else {
+        return;
+    };
+    while let Some(message) = stream.next().await {
+        match message {
+            Ok(Message::Request(request)) if request.method == "ping" => {}
+            Ok(message) => {
+                if out.send(message).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, "standalone stream ended");
+                return;
+            }
+        }
+    }
+}
+
+/// Tells the local client, with a log notification, when the server lost the session and
+/// the bridge re-initialized.
+async fn announce_reinitializations(client: Client, out: mpsc::Sender<Message>) {
+    let mut events = client.events();
+    drop(client);
+    while let Some(event) = events.recv().await {
+        let text = match event {
+            ClientEvent::SessionExpired { .. } => {
+                "the server lost the session; requests in flight fail and the bridge re-initializes"
+            }
+            ClientEvent::Reinitialized { .. } => "re-initialized with the server: a new session",
+            _ => continue,
+        };
+        tracing::warn!("{text}");
+        let params = json!({"level": "warning", "logger": LOGGER, "data": text});
+        let log = Notification::new("notifications/message", Some(params));
+        if out.send(Message::Notification(log)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `response` under the local client's request id.
+fn with_id(response: Response, id: RequestId) -> Response {
+    match response {
+        Response::Result(result) => Response::success(id, result.result),
+        Response::Error(error) => Response::error(Some(id), error.error),
+    }
+}
+
+/// The JSON-RPC error answering a request the bridge could not complete.
+fn failure(id: RequestId, error: &Error) -> Message {
+    let reason = match error {
+        Error::SessionExpired => "session_expired",
+        _ => "transport",
+    };
+    let error = ErrorObject::new(INTERNAL_ERROR, format!("tether connect: {error}"))
+        .with_data(json!({"reason": reason}));
+    Message::Response(Response::error(Some(id), error))
+}
+
+/// Writes each message as one line to stdout, flushing after each.
+async fn write_stdout(mut messages: mpsc::Receiver<Message>) {
+    while let Some(message) = messages.recv().await {
+        let mut line = message.to_vec();
+        line.push(b'\n');
+        let written = tokio::task::block_in_place(|| {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&line).and_then(|()| stdout.flush())
+        });
+        if written.is_err() {
+            tracing::error!("stdout closed");
+            return;
+        }
+    }
+}
+
+/// Reads one line (without its LF); `Ok(false)` at end of input; a line longer than
+/// [`MAX_LINE`] is an error.
+async fn read_line(
+    reader: &mut (impl AsyncBufRead + Unpin),
+    line: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    let read = (&mut *reader)
+        .take(u64::try_from(MAX_LINE).unwrap_or(u64::MAX) + 1)
+        .read_until(b'\n', line)
+        .await?;
+    if line.len() > MAX_LINE {
+        return Err(std::io::Error::other(format!(
+            "a line longer than {MAX_LINE} bytes"
+        )));
+    }
+    Ok(read > 0)
+}
