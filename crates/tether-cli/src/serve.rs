@@ -12,8 +12,14 @@
 //! `~/.local/share/tether`, created if missing and named in the log. On start the server
 //! answers the requests a killed predecessor left unanswered ([`Server::serve`]).
 //!
-//! Flags whose features arrive with later issues (the Redis store, bearer authentication, the
-//! conformance fixtures, gateway mode) are accepted by the parser so that `--help` shows the
+//! With `-- CMD ARGS...` it is a gateway: each session runs its own `CMD` as a stdio MCP
+//! server ([`tether::gateway`]).
+//!
+//! `--store redis://HOST:PORT[/DB]` keeps everything in Redis, named by `--node-id` (default
+//! `default`, right for one node; every node of a group needs its own).
+//!
+//! Flags whose features arrive with later issues (bearer authentication, the conformance
+//! fixtures) are accepted by the parser so that `--help` shows the
 //! whole contract, and refused before anything is bound with a "not yet supported" usage
 //! error (exit 2) naming the flag.
 
@@ -30,8 +36,9 @@ use std::{
 use anyhow::{Context as _, bail};
 use tether::{
     demo::DemoHandler,
-    server::{Server, ServerConfig},
-    store::{EventStore, SessionStore, sqlite},
+    gateway::{GatewayConfig, StdioGateway},
+    server::{Handler, Server, ServerConfig},
+    store::{EventStore, SessionStore, redis, sqlite},
 };
 use tokio::{net::TcpListener, sync::oneshot};
 use tracing::{error, info};
@@ -68,7 +75,7 @@ pub(crate) struct ServeArgs {
     path: String,
 
     /// Where sessions and events are kept: `memory`, `sqlite:PATH` or
-    /// `redis://HOST:PORT[/DB]` (not yet supported). Default: `sqlite:<data dir>/tether.db`,
+    /// `redis://HOST:PORT[/DB]`. Default: `sqlite:<data dir>/tether.db`,
     /// the data dir being $TETHER_DATA_DIR, else $XDG_DATA_HOME/tether, else
     /// ~/.local/share/tether.
     #[arg(long, value_name = "STORE", value_parser = parse_store)]
@@ -129,7 +136,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_enum, value_name = "DEMO", default_value_t = Demo::Count)]
     demo: Demo,
 
-    /// Serve this stdio MCP server instead of the demo (not yet supported).
+    /// Gateway mode: how long the stdio server may take to answer `initialize`, in seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 30,
+        value_parser = parse_positive
+    )]
+    init_timeout_secs: u64,
+
+    /// Serve this stdio MCP server instead of the demo: one process per session.
     #[arg(last = true, value_name = "CMD ARGS")]
     gateway: Vec<OsString>,
 }
@@ -204,22 +220,34 @@ impl ServeArgs {
                 "{what} is not yet supported: it arrives with {arrives}"
             )))
         };
-        if let Some(StoreSpec::Redis(_)) = &self.store {
-            return refuse(
-                "--store redis://…",
-                "the Redis store (use --store memory or sqlite:PATH)",
-            );
-        }
         if self.auth_token_file.is_some() {
             return refuse("--auth-token-file", "bearer authentication");
-        }
-        if !self.gateway.is_empty() {
-            return refuse("gateway mode (`-- CMD ARGS...`)", "the stdio gateway");
         }
         if self.demo == Demo::Conformance {
             return refuse("--demo conformance", "the conformance fixtures");
         }
         Ok(())
+    }
+
+    /// What serves the sessions: the stdio gateway when a command is given, else the demo.
+    fn handler(&self) -> (Arc<dyn Handler>, String) {
+        match self.gateway.split_first() {
+            Some((program, args)) => {
+                let mut config = GatewayConfig::new(program.clone(), args.iter().cloned());
+                config.initialize_timeout = Duration::from_secs(self.init_timeout_secs);
+                let shown = self
+                    .gateway
+                    .iter()
+                    .map(|arg| arg.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                (
+                    Arc::new(StdioGateway::new(config)),
+                    format!("gateway: {shown}"),
+                )
+            }
+            None => (Arc::new(DemoHandler::new()), "demo count".to_owned()),
+        }
     }
 
     /// The server configuration these flags describe; unset flags keep the library defaults.
@@ -252,7 +280,8 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(serve(&args.bind, config, &store));
+    let (handler, serving) = args.handler();
+    let result = runtime.block_on(serve(&args.bind, config, &store, handler, &serving));
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     result.map(|()| ExitCode::SUCCESS)
 }
@@ -276,9 +305,12 @@ fn default_database() -> anyhow::Result<PathBuf> {
     Ok(dir.join(DEFAULT_DB_FILE))
 }
 
-/// The server over the store `spec` names, serving the demo.
-fn build_server(spec: &StoreSpec, config: ServerConfig) -> anyhow::Result<Server> {
-    let handler = Arc::new(DemoHandler::new());
+/// The server over the store `spec` names.
+async fn build_server(
+    spec: &StoreSpec,
+    config: ServerConfig,
+    handler: Arc<dyn Handler>,
+) -> anyhow::Result<Server> {
     match spec {
         StoreSpec::Memory => Ok(Server::with_memory_stores(config, handler)),
         StoreSpec::Sqlite(path) => {
@@ -288,7 +320,18 @@ fn build_server(spec: &StoreSpec, config: ServerConfig) -> anyhow::Result<Server
             let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
             Ok(Server::new(config, handler, events, sessions))
         }
-        StoreSpec::Redis(_) => unreachable!("refused by check_supported"),
+        StoreSpec::Redis(url) => {
+            let mut store = redis::RedisStoreConfig::new(url.clone());
+            if !config.node_id.is_empty() {
+                store.node_id.clone_from(&config.node_id);
+            }
+            let (events, sessions) = redis::open(store)
+                .await
+                .with_context(|| format!("opening the store {url}"))?;
+            let events: Arc<dyn EventStore> = Arc::new(events);
+            let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
+            Ok(Server::new(config, handler, events, sessions))
+        }
     }
 }
 
@@ -301,8 +344,14 @@ fn describe(spec: &StoreSpec) -> String {
     }
 }
 
-/// Binds `bind`, announces the URL and serves the demo until a signal stops it.
-async fn serve(bind: &str, mut config: ServerConfig, store: &StoreSpec) -> anyhow::Result<()> {
+/// Binds `bind`, announces the URL and serves until a signal stops it.
+async fn serve(
+    bind: &str,
+    mut config: ServerConfig,
+    store: &StoreSpec,
+    handler: Arc<dyn Handler>,
+    serving: &str,
+) -> anyhow::Result<()> {
     // Before the ready line: a SIGTERM that follows it at once must take the graceful path,
     // not the default action (death by signal, no exit 0).
     let mut signals = Signals::new().context("installing signal handlers")?;
@@ -318,7 +367,7 @@ async fn serve(bind: &str, mut config: ServerConfig, store: &StoreSpec) -> anyho
         config.allowed_hosts = vec![ANY_HOST.to_owned()];
     }
     let url = endpoint_url(local, &config.path);
-    let server = build_server(store, config)?;
+    let server = build_server(store, config, handler).await?;
     // Before the ready line: a client that connects at once must find the requests a killed
     // predecessor left unanswered already answered.
     let orphans = server
@@ -327,7 +376,7 @@ async fn serve(bind: &str, mut config: ServerConfig, store: &StoreSpec) -> anyho
         .context("answering requests left unanswered by the previous process")?;
 
     announce(&url)?;
-    info!(%url, store = %describe(store), demo = "count", orphaned_streams = orphans.streams, "tether serve ready");
+    info!(%url, store = %describe(store), serving, orphaned_streams = orphans.streams, "tether serve ready");
 
     let (stop, stopped) = oneshot::channel::<()>();
     let serving = server.serve(listener, async move {
