@@ -136,6 +136,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_enum, value_name = "DEMO", default_value_t = Demo::Count)]
     demo: Demo,
 
+    /// With `--store redis://`: seconds after which the other nodes take this node for dead
+    /// if it stops renewing its lease, and answer its open requests with errors.
+    #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = parse_positive)]
+    node_lease_secs: u64,
+
     /// Gateway mode: how long the stdio server may take to answer `initialize`, in seconds.
     #[arg(
         long,
@@ -281,7 +286,8 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let (handler, serving) = args.handler();
-    let result = runtime.block_on(serve(&args.bind, config, &store, handler, &serving));
+    let lease = Duration::from_secs(args.node_lease_secs);
+    let result = runtime.block_on(serve(&args.bind, config, &store, lease, handler, &serving));
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     result.map(|()| ExitCode::SUCCESS)
 }
@@ -309,6 +315,7 @@ fn default_database() -> anyhow::Result<PathBuf> {
 async fn build_server(
     spec: &StoreSpec,
     config: ServerConfig,
+    node_lease: Duration,
     handler: Arc<dyn Handler>,
 ) -> anyhow::Result<Server> {
     match spec {
@@ -322,6 +329,7 @@ async fn build_server(
         }
         StoreSpec::Redis(url) => {
             let mut store = redis::RedisStoreConfig::new(url.clone());
+            store.node_lease = node_lease;
             if !config.node_id.is_empty() {
                 store.node_id.clone_from(&config.node_id);
             }
@@ -349,6 +357,7 @@ async fn serve(
     bind: &str,
     mut config: ServerConfig,
     store: &StoreSpec,
+    node_lease: Duration,
     handler: Arc<dyn Handler>,
     serving: &str,
 ) -> anyhow::Result<()> {
@@ -367,7 +376,7 @@ async fn serve(
         config.allowed_hosts = vec![ANY_HOST.to_owned()];
     }
     let url = endpoint_url(local, &config.path);
-    let server = build_server(store, config, handler).await?;
+    let server = build_server(store, config, node_lease, handler).await?;
     // Before the ready line: a client that connects at once must find the requests a killed
     // predecessor left unanswered already answered.
     let orphans = server

@@ -1,8 +1,9 @@
 //! Two `tether serve` processes sharing one Redis (`--store redis://…`), with no sticky
 //! sessions: a call started by a POST to node A, cut, is resumed with GET on node B (the
 //! `Tether-Node` header proves which node answered) and receives the rest of the stream,
-//! following it live while A is still producing, each event once and in order; and a POST
-//! for the same session sent to node B is served.
+//! following it live while A is still producing, each event once and in order; a POST for
+//! the same session sent to node B is served; and when node A dies, node B answers the call
+//! A was running, on the stream B serves, after A's lease.
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,9 @@ const N: u64 = 60;
 const INTERVAL_MS: u64 = 30;
 const READ_ON_A: usize = 10;
 
+/// The node lease of both nodes, in seconds (`--node-lease-secs`).
+const LEASE_SECS: u64 = 2;
+
 async fn node(redis: &RedisServer, name: &str) -> anyhow::Result<ServerProcess> {
     Ok(ServerSpec::tether_serve()?
         .args([
@@ -25,6 +29,8 @@ async fn node(redis: &RedisServer, name: &str) -> anyhow::Result<ServerProcess> 
             name,
             "--retry-ms",
             "100",
+            "--node-lease-secs",
+            &LEASE_SECS.to_string(),
         ])
         .start()
         .await?)
@@ -100,6 +106,61 @@ async fn a_call_started_on_one_node_is_resumed_live_on_the_other() -> anyhow::Re
         "{answer}"
     );
     a.terminate().await?;
+    b.terminate().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_a_node_dies_another_answers_its_open_call_after_the_lease() -> anyhow::Result<()> {
+    let redis = RedisServer::start().await?;
+    let mut a = node(&redis, "node-a").await?;
+    let mut b = node(&redis, "node-b").await?;
+    let mut on_a = RawClient::new(a.url())?.with_timeout(Duration::from_secs(30));
+    on_a.initialize().await?;
+    let (id, mut response) = on_a
+        .call_tool(
+            "count",
+            json!({"n": 100_000, "interval_ms": 20}),
+            Some(json!("dies")),
+        )
+        .await?;
+    let seen = response.read_events(6).await?;
+    let cursor = seen.last().context("events on A")?.id.clone();
+    drop(response);
+    let mut on_b = RawClient::new(b.url())?.with_timeout(Duration::from_secs(30));
+    on_b.set_session_id(on_a.session_id().map(str::to_owned));
+    let resumed = on_b.resume(&cursor).await?;
+    ensure!(resumed.status() == 200, "resume on B: {}", resumed.status());
+    ensure!(resumed.header("tether-node") == Some("node-b"));
+
+    let killed = Instant::now();
+    a.kill().await?;
+    let transcript = resumed.read_to_end().await?;
+    let took = killed.elapsed();
+    ensure!(transcript.complete, "B ends the stream");
+    let messages = transcript.messages()?;
+    let (last, progress) = messages.split_last().context("messages on B")?;
+    let progress: Vec<u64> = progress
+        .iter()
+        .filter_map(|(_, m)| m["params"]["progress"].as_u64())
+        .collect();
+    let expected: Vec<u64> = (6..6 + progress.len() as u64).collect();
+    ensure!(
+        progress == expected,
+        "a gap-free continuation: {progress:?}"
+    );
+    ensure!(
+        last.1["id"] == json!(id),
+        "the answer to the call: {last:?}"
+    );
+    ensure!(
+        last.1["error"]["data"]["reason"] == json!("server_restarted"),
+        "a JSON-RPC error: {last:?}"
+    );
+    ensure!(
+        took >= Duration::from_secs(LEASE_SECS) / 2,
+        "not before A's lease ran out ({took:?})"
+    );
     b.terminate().await?;
     Ok(())
 }

@@ -17,7 +17,8 @@ use tether_proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, Res
 
 use crate::store::{EventStore, OrphanedStream, StoreError};
 
-/// `error.data.reason` of the answer to a request whose handler died with an earlier process.
+/// `error.data.reason` of the answer to a request whose handler died with its process (a
+/// restart, or a node of a shared store that died).
 pub const SERVER_RESTARTED_REASON: &str = "server_restarted";
 
 /// Events read per batch while looking for the responses already stored.
@@ -124,7 +125,7 @@ fn restart_error(id: RequestId) -> Response {
         Some(id),
         ErrorObject::new(
             INTERNAL_ERROR,
-            "the server restarted while this request was running; its result is lost",
+            "the server process running this request stopped before it finished; its result is lost",
         )
         .with_data(json!({ "reason": SERVER_RESTARTED_REASON })),
     )
