@@ -644,25 +644,107 @@ impl StoredStream {
     }
 }
 
+/// Concurrent appending tasks in the durable stores' append scenario, each on its own stream,
+/// so that a backend's batching (SQLite's group commit, Redis's pipelining) shows.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+const APPENDERS: usize = 50;
+
+/// `messages` appended to `store` by [`APPENDERS`] concurrent tasks, one new stream each;
+/// returns the time of the appends alone and the streams' owners, after checking that every
+/// append was stored.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+async fn timed_concurrent_appends<S: EventStore>(
+    store: &Arc<S>,
+    messages: &Arc<Vec<Vec<u8>>>,
+) -> (Duration, Vec<StreamOwner>) {
+    let per_task = messages.len() / APPENDERS;
+    let mut streams = Vec::new();
+    for _ in 0..APPENDERS {
+        let owner = owner();
+        let stream = store
+            .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
+            .await
+            .expect("stream");
+        streams.push((owner, stream));
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = streams
+        .iter()
+        .enumerate()
+        .map(|(task, (_, stream))| {
+            let store = Arc::clone(store);
+            let messages = Arc::clone(messages);
+            let stream = *stream;
+            tokio::spawn(async move {
+                for message in &messages[task * per_task..(task + 1) * per_task] {
+                    black_box(store.append(stream, message).await.expect("append"));
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("appender");
+    }
+    let elapsed = start.elapsed();
+    let mut events = 0;
+    for (owner, _) in &streams {
+        events += store.usage(&owner.session).await.expect("usage").events;
+    }
+    assert_eq!(events as u64, EVENTS + APPENDERS as u64);
+    (
+        elapsed,
+        streams.into_iter().map(|(owner, _)| owner).collect(),
+    )
+}
+
+/// The time to read the completed `stream` after seq 0 in the writer's batch size, checking
+/// every seq.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+async fn timed_read_all<S: EventStore>(
+    store: &S,
+    owner: &StreamOwner,
+    stream: StreamId,
+) -> Duration {
+    let start = Instant::now();
+    let mut cursor = 0;
+    let mut events = 0;
+    loop {
+        let batch = store
+            .read_after(owner, stream, cursor, READ_BATCH)
+            .await
+            .expect("read");
+        for event in &batch.events {
+            assert_eq!(event.id.seq, cursor + 1);
+            cursor = event.id.seq;
+            black_box(&event.frame);
+        }
+        events += batch.events.len() as u64;
+        if batch.complete {
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    assert_eq!(events, EVENTS);
+    elapsed
+}
+
 /// The same store-alone scenarios on [`tether::store::SqliteEventStore`], on a temporary file:
-/// appends from [`sqlite_store::APPENDERS`] concurrent tasks (one stream each, so the writer
+/// appends from [`APPENDERS`] concurrent tasks (one stream each, so the writer
 /// thread's group commit shares transactions between them), and reading a completed
 /// `EVENTS`-event stream back in the writer's batch size.
 #[cfg(feature = "sqlite")]
 mod sqlite_store {
-    use std::hint::black_box;
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use tether::proto::ids::StreamId;
     use tether::store::sqlite::{self, SqliteStoreConfig};
     use tether::store::{EventStore, SqliteEventStore, StreamKind, StreamOwner};
     use tokio::runtime::Runtime;
 
-    use super::{EVENTS, READ_BATCH, SESSION_BYTE_CAP, SESSION_EVENT_CAP, owner};
-
-    /// Concurrent appending tasks, each on its own stream.
-    pub(super) const APPENDERS: usize = 50;
+    use super::{
+        SESSION_BYTE_CAP, SESSION_EVENT_CAP, owner, timed_concurrent_appends, timed_read_all,
+    };
 
     pub(super) struct SqliteBench {
         rt: Runtime,
@@ -723,88 +805,31 @@ mod sqlite_store {
             let _ = std::fs::remove_file(self.dir.path().join("append.db-wal"));
             let _ = std::fs::remove_file(self.dir.path().join("append.db-shm"));
             let store = Arc::new(open(self.dir.path(), "append.db"));
-            let messages: Arc<Vec<Vec<u8>>> = Arc::new(messages.to_vec());
-            let per_task = messages.len() / APPENDERS;
-            let elapsed = self.rt.block_on(async {
-                let mut streams = Vec::new();
-                for _ in 0..APPENDERS {
-                    let owner = owner();
-                    let stream = store
-                        .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
-                        .await
-                        .expect("stream");
-                    streams.push((owner, stream));
-                }
-                let start = Instant::now();
-                let tasks: Vec<_> = streams
-                    .iter()
-                    .enumerate()
-                    .map(|(task, (_, stream))| {
-                        let store = Arc::clone(&store);
-                        let messages = Arc::clone(&messages);
-                        let stream = *stream;
-                        tokio::spawn(async move {
-                            for message in &messages[task * per_task..(task + 1) * per_task] {
-                                black_box(store.append(stream, message).await.expect("append"));
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.expect("appender");
-                }
-                let elapsed = start.elapsed();
-                let mut events = 0;
-                for (owner, _) in &streams {
-                    events += store.usage(&owner.session).await.expect("usage").events;
-                }
-                assert_eq!(events as u64, EVENTS + APPENDERS as u64);
-                elapsed
-            });
+            let messages = Arc::new(messages.to_vec());
+            let (elapsed, _) = self
+                .rt
+                .block_on(timed_concurrent_appends(&store, &messages));
             drop(store);
             elapsed
         }
 
         /// Reads the completed stream after seq 0 in the writer's batch size.
         pub(super) fn read_all(&self) -> Duration {
-            self.rt.block_on(async {
-                let start = Instant::now();
-                let mut cursor = 0;
-                let mut events = 0;
-                loop {
-                    let batch = self
-                        .store
-                        .read_after(&self.owner, self.stream, cursor, READ_BATCH)
-                        .await
-                        .expect("read");
-                    for event in &batch.events {
-                        assert_eq!(event.id.seq, cursor + 1);
-                        cursor = event.id.seq;
-                        black_box(&event.frame);
-                    }
-                    events += batch.events.len() as u64;
-                    if batch.complete {
-                        break;
-                    }
-                }
-                let elapsed = start.elapsed();
-                assert_eq!(events, EVENTS);
-                elapsed
-            })
+            self.rt
+                .block_on(timed_read_all(&*self.store, &self.owner, self.stream))
         }
     }
 }
 
 /// The same store-alone scenarios on [`tether::store::RedisEventStore`], against a private
-/// `redis-server` (test kit) on loopback: appends from [`redis_store::APPENDERS`] concurrent
+/// `redis-server` (test kit) on loopback: appends from [`APPENDERS`] concurrent
 /// tasks (one stream each, sharing the store's one multiplexed connection, so commands are
 /// pipelined), and reading a completed `EVENTS`-event stream back in the writer's batch size.
 #[cfg(feature = "redis")]
 mod redis_store {
-    use std::hint::black_box;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use tether::proto::ids::StreamId;
     use tether::store::redis::{self, RedisStoreConfig};
@@ -812,10 +837,9 @@ mod redis_store {
     use tether_testkit::redis::RedisServer;
     use tokio::runtime::Runtime;
 
-    use super::{EVENTS, READ_BATCH, SESSION_BYTE_CAP, SESSION_EVENT_CAP, owner};
-
-    /// Concurrent appending tasks, each on its own stream (as for SQLite).
-    pub(super) const APPENDERS: usize = 50;
+    use super::{
+        SESSION_BYTE_CAP, SESSION_EVENT_CAP, owner, timed_concurrent_appends, timed_read_all,
+    };
 
     pub(super) struct RedisBench {
         rt: Runtime,
@@ -876,78 +900,25 @@ mod redis_store {
         /// flat over many runs.
         pub(super) fn append(&self, messages: &[Vec<u8>]) -> Duration {
             let run = self.runs.fetch_add(1, Ordering::Relaxed);
-            let messages: Arc<Vec<Vec<u8>>> = Arc::new(messages.to_vec());
-            let per_task = messages.len() / APPENDERS;
+            let messages = Arc::new(messages.to_vec());
             self.rt.block_on(async {
                 let store =
                     Arc::new(open(&self.server.url(), &format!("bench-append-{run}:")).await);
-                let mut streams = Vec::new();
-                for _ in 0..APPENDERS {
-                    let owner = owner();
-                    let stream = store
-                        .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
-                        .await
-                        .expect("stream");
-                    streams.push((owner, stream));
-                }
-                let start = Instant::now();
-                let tasks: Vec<_> = streams
-                    .iter()
-                    .enumerate()
-                    .map(|(task, (_, stream))| {
-                        let store = Arc::clone(&store);
-                        let messages = Arc::clone(&messages);
-                        let stream = *stream;
-                        tokio::spawn(async move {
-                            for message in &messages[task * per_task..(task + 1) * per_task] {
-                                black_box(store.append(stream, message).await.expect("append"));
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.expect("appender");
-                }
-                let elapsed = start.elapsed();
-                let mut events = 0;
-                for (owner, _) in &streams {
-                    events += store.usage(&owner.session).await.expect("usage").events;
+                let (elapsed, owners) = timed_concurrent_appends(&store, &messages).await;
+                for owner in owners {
                     store
                         .remove_session(&owner.session)
                         .await
                         .expect("remove_session");
                 }
-                assert_eq!(events as u64, EVENTS + APPENDERS as u64);
                 elapsed
             })
         }
 
         /// Reads the completed stream after seq 0 in the writer's batch size.
         pub(super) fn read_all(&self) -> Duration {
-            self.rt.block_on(async {
-                let start = Instant::now();
-                let mut cursor = 0;
-                let mut events = 0;
-                loop {
-                    let batch = self
-                        .store
-                        .read_after(&self.owner, self.stream, cursor, READ_BATCH)
-                        .await
-                        .expect("read");
-                    for event in &batch.events {
-                        assert_eq!(event.id.seq, cursor + 1);
-                        cursor = event.id.seq;
-                        black_box(&event.frame);
-                    }
-                    events += batch.events.len() as u64;
-                    if batch.complete {
-                        break;
-                    }
-                }
-                let elapsed = start.elapsed();
-                assert_eq!(events, EVENTS);
-                elapsed
-            })
+            self.rt
+                .block_on(timed_read_all(&*self.store, &self.owner, self.stream))
         }
     }
 }
@@ -1165,7 +1136,7 @@ fn print_summary(fixture: &Fixture, store: &StoreBench) {
         store_line.push_str(&format!(
             " | store redis: append {:.0}/s (concurrent, {} tasks) read {:.0}/s",
             per_second(EVENTS, append),
-            redis_store::APPENDERS,
+            APPENDERS,
             per_second(EVENTS, read),
         ));
     }

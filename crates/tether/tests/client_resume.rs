@@ -80,13 +80,15 @@ async fn count_arrives_once_in_order_across_repeated_cuts_during_replay() {
 }
 
 /// Every connection ends in a fault drawn per connection from cuts, resets and truncations
-/// at offsets spread over the stream (1.5–8.5 KB, or 2–30 events).
+/// at offsets spread over the stream (2–9 KB, or 4–30 events). Not earlier: the POST shares
+/// its connection with `initialize` (2 events, about 1 KB), and a POST cut before its priming
+/// event has arrived has no id to resume from (the client reports `NotResumable`, correctly).
 #[tokio::test]
 async fn count_arrives_once_in_order_with_mixed_faults_anywhere_in_the_stream() {
     let plan = FaultPlan::pass_through()
-        .with_cut(ByteFault::after(5000).with_jitter(3500))
-        .with_reset(ByteFault::after(5000).with_jitter(3500))
-        .with_truncate(TruncateFault::after_events(16).with_jitter(14));
+        .with_cut(ByteFault::after(5500).with_jitter(3500))
+        .with_reset(ByteFault::after(5500).with_jitter(3500))
+        .with_truncate(TruncateFault::after_events(17).with_jitter(13));
     let counters = run_count_through(plan, 1500, fast_config(Duration::from_millis(50))).await;
     let faults = counters.cuts + counters.resets + counters.truncations;
     assert!(faults >= 5, "{counters:?}");

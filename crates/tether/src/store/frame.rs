@@ -42,6 +42,7 @@ pub(crate) fn priming_frame(stream: StreamId, retry: Duration) -> Bytes {
 /// The JSON-RPC message inside a frame built here, as a slice of it (no copy): the last
 /// line's value, before the blank line. `data_len` is the message's length when known (the
 /// memory store keeps it), else the `data` line is found by searching.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
 pub(crate) fn message_in(frame: &Bytes, data_len: Option<usize>) -> Bytes {
     let end = frame.len().saturating_sub(2);
     let start = match data_len {
