@@ -230,3 +230,100 @@ async fn stdout_carries_only_json_rpc_under_the_local_ids() -> anyhow::Result<()
     server.terminate().await?;
     Ok(())
 }
+
+/// A server that lost the session (restarted on the memory store: 404): the bridge answers the
+/// call that was in flight with a JSON-RPC error, tells the local client with a log
+/// notification, initializes again by itself, and the next call works, all without the local
+/// client doing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_is_reinitialized_and_announced() -> anyhow::Result<()> {
+    let mut server = ServerSpec::tether_serve()?
+        .args(["--retry-ms", "50", "--store", "memory"])
+        .start()
+        .await?;
+    let mut bridge = Command::new(tether_bin()?)
+        .args(["connect", server.url()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = bridge.stdin.take().context("stdin")?;
+    let mut stdout = BufReader::new(bridge.stdout.take().context("stdout")?).lines();
+    let send = |message: Value| format!("{message}\n");
+    stdin
+        .write_all(
+            send(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}}),
+            )
+            .as_bytes(),
+        )
+        .await?;
+    stdin
+        .write_all(
+            send(
+                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "count", "arguments": {"n": 100_000, "interval_ms": 20},
+                "_meta": {"progressToken": "t"}}}),
+            )
+            .as_bytes(),
+        )
+        .await?;
+    let mut messages: Vec<Value> = Vec::new();
+    let mut restarted = false;
+    let mut asked_again = false;
+    let read = async {
+        while let Some(line) = stdout.next_line().await? {
+            let value: Value = serde_json::from_str(&line)?;
+            if !restarted && value["params"]["progress"] == json!(3) {
+                server.kill().await?;
+                server.restart().await?;
+                restarted = true;
+            }
+            let call_failed = value["id"] == json!(2);
+            let done = value["id"] == json!(3);
+            messages.push(value);
+            if call_failed && !asked_again {
+                asked_again = true;
+                stdin
+                    .write_all(
+                        send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                            "params": {"name": "count", "arguments": {"n": 2}}}))
+                        .as_bytes(),
+                    )
+                    .await?;
+            }
+            if done {
+                return Ok(());
+            }
+        }
+        anyhow::bail!("stdout ended: {messages:?}")
+    };
+    tokio::time::timeout(RUN_TIMEOUT, read).await??;
+    let failed = messages
+        .iter()
+        .find(|m| m["id"] == json!(2))
+        .context("call 2's answer")?;
+    ensure!(
+        failed["error"]["data"]["reason"] == json!("session_expired"),
+        "the call in flight fails typed: {failed}"
+    );
+    ensure!(
+        messages
+            .iter()
+            .any(|m| m["method"] == "notifications/message" && m["params"]["level"] == "warning"),
+        "a log notification tells the local client: {messages:?}"
+    );
+    let last = messages.last().context("call 3's answer")?;
+    ensure!(
+        last["result"]["content"][0]["text"] == "counted 2",
+        "the next call works on the new session: {last}"
+    );
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(20), bridge.wait()).await??;
+    ensure!(status.success(), "exit {status}");
+    server.terminate().await?;
+    Ok(())
+}
