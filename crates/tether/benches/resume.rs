@@ -583,35 +583,7 @@ fn store_append(rt: &Runtime, messages: &[Vec<u8>]) -> Duration {
 
 /// Reads a completed 100 000-event stream after seq 0 in the writer's batch size.
 fn store_read_all(rt: &Runtime, stored: &StoredStream) -> Duration {
-    let StoredStream {
-        store,
-        owner,
-        stream,
-    } = stored;
-    rt.block_on(async {
-        let stream = *stream;
-        let start = Instant::now();
-        let mut cursor = 0;
-        let mut events = 0;
-        loop {
-            let batch = store
-                .read_after(owner, stream, cursor, READ_BATCH)
-                .await
-                .expect("read");
-            for event in &batch.events {
-                assert_eq!(event.id.seq, cursor + 1);
-                cursor = event.id.seq;
-                black_box(&event.frame);
-            }
-            events += batch.events.len() as u64;
-            if batch.complete {
-                break;
-            }
-        }
-        let elapsed = start.elapsed();
-        assert_eq!(events, EVENTS);
-        elapsed
-    })
+    rt.block_on(timed_read_all(&stored.store, &stored.owner, stored.stream))
 }
 
 /// A completed stream of `EVENTS` progress events in a store of its own.
@@ -699,7 +671,6 @@ async fn timed_concurrent_appends<S: EventStore>(
 
 /// The time to read the completed `stream` after seq 0 in the writer's batch size, checking
 /// every seq.
-#[cfg(any(feature = "sqlite", feature = "redis"))]
 async fn timed_read_all<S: EventStore>(
     store: &S,
     owner: &StreamOwner,
