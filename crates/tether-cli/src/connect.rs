@@ -23,21 +23,22 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use serde_json::{Value, json};
+use serde_json::json;
 use tether::client::{Client, ClientConfig, ClientEvent, Error, MessageStream};
 use tether::proto::jsonrpc::{
-    CANCELLED_NOTIFICATION, ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Message, Notification,
-    PARSE_ERROR, Request, RequestId, Response,
+    ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Message, Notification, Request, RequestId,
+    Response,
 };
 use tether::proto::version::ProtocolVersion;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
+use tether::stdio;
+use tokio::io::{AsyncBufRead, BufReader};
 use tokio::sync::mpsc;
 
 use crate::{UsageError, remote};
 
-/// The longest line accepted on stdin: the SSE event limit, so anything the server could
-/// send back fits too.
-const MAX_LINE: usize = 16 * 1024 * 1024;
+/// The longest line accepted on stdin: the gateway's limit on a child's lines (the SSE event
+/// limit), so anything the server could send back fits too.
+const MAX_LINE: usize = tether::gateway::DEFAULT_MAX_LINE_BYTES;
 
 /// Lines queued for stdout before senders wait.
 const STDOUT_QUEUE: usize = 256;
@@ -127,7 +128,7 @@ impl Bridge {
         let mut line = Vec::new();
         loop {
             line.clear();
-            match read_line(&mut stdin, &mut line).await {
+            match stdio::read_line(&mut stdin, &mut line, MAX_LINE).await {
                 Ok(false) => break,
                 Ok(true) => {}
                 Err(error) => {
@@ -135,20 +136,14 @@ impl Bridge {
                     break;
                 }
             }
-            let text = line.trim_ascii();
-            if text.is_empty() {
+            let Some(message) = stdio::parse_line(&line) else {
                 continue;
-            }
-            let message = serde_json::from_slice::<Value>(text)
-                .map_err(|error| error.to_string())
-                .and_then(|value| Message::from_value(value).map_err(|error| error.to_string()));
+            };
             match message {
                 Ok(message) => self.handle(message).await,
                 Err(error) => {
                     tracing::warn!(%error, "stdin line is not JSON-RPC");
-                    let error = ErrorObject::new(PARSE_ERROR, format!("not JSON-RPC: {error}"));
-                    self.emit(Message::Response(Response::error(None, error)))
-                        .await;
+                    self.emit(Message::Response(error.error_response())).await;
                 }
             }
         }
@@ -248,13 +243,17 @@ impl Bridge {
         if notification.method == "notifications/initialized" {
             return;
         }
-        let mut params = notification.params;
-        if notification.method == CANCELLED_NOTIFICATION
-            && let Some(params) = params.as_mut()
-            && let Some(local) = RequestId::from_value(&params["requestId"])
-            && let Some(remote) = lock(&self.remote_ids).get(&local).cloned()
-        {
-            params["requestId"] = json!(remote);
+        let mut params = notification.params.clone();
+        if let Some(local) = notification.cancelled_request_id() {
+            // The remote id is known once the server accepted the request; a cancellation
+            // before that (or after the answer) names nothing the server runs.
+            let Some(remote) = lock(&self.remote_ids).get(&local).cloned() else {
+                tracing::debug!(request = %local, "cancellation of no running request dropped");
+                return;
+            };
+            if let Some(params) = params.as_mut() {
+                params["requestId"] = json!(remote);
+            }
         }
         if let Err(error) = client.notify(&notification.method, params).await {
             tracing::warn!(%error, method = %notification.method, "a notification could not be sent");
@@ -394,22 +393,4 @@ async fn write_stdout(mut messages: mpsc::Receiver<Message>) {
             return;
         }
     }
-}
-
-/// Reads one line (without its LF); `Ok(false)` at end of input; a line longer than
-/// [`MAX_LINE`] is an error.
-async fn read_line(
-    reader: &mut (impl AsyncBufRead + Unpin),
-    line: &mut Vec<u8>,
-) -> std::io::Result<bool> {
-    let read = (&mut *reader)
-        .take(u64::try_from(MAX_LINE).unwrap_or(u64::MAX) + 1)
-        .read_until(b'\n', line)
-        .await?;
-    if line.len() > MAX_LINE {
-        return Err(std::io::Error::other(format!(
-            "a line longer than {MAX_LINE} bytes"
-        )));
-    }
-    Ok(read > 0)
 }

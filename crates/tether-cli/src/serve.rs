@@ -318,14 +318,12 @@ async fn build_server(
     node_lease: Duration,
     handler: Arc<dyn Handler>,
 ) -> anyhow::Result<Server> {
-    match spec {
-        StoreSpec::Memory => Ok(Server::with_memory_stores(config, handler)),
+    let (events, sessions): (Arc<dyn EventStore>, Arc<dyn SessionStore>) = match spec {
+        StoreSpec::Memory => return Ok(Server::with_memory_stores(config, handler)),
         StoreSpec::Sqlite(path) => {
             let (events, sessions) = sqlite::open(sqlite::SqliteStoreConfig::new(path))
                 .with_context(|| format!("opening the store {}", path.display()))?;
-            let events: Arc<dyn EventStore> = Arc::new(events);
-            let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
-            Ok(Server::new(config, handler, events, sessions))
+            (Arc::new(events), Arc::new(sessions))
         }
         StoreSpec::Redis(url) => {
             let mut store = redis::RedisStoreConfig::new(url.clone());
@@ -336,11 +334,10 @@ async fn build_server(
             let (events, sessions) = redis::open(store)
                 .await
                 .with_context(|| format!("opening the store {url}"))?;
-            let events: Arc<dyn EventStore> = Arc::new(events);
-            let sessions: Arc<dyn SessionStore> = Arc::new(sessions);
-            Ok(Server::new(config, handler, events, sessions))
+            (Arc::new(events), Arc::new(sessions))
         }
-    }
+    };
+    Ok(Server::new(config, handler, events, sessions))
 }
 
 /// How the log names a store.
@@ -377,15 +374,10 @@ async fn serve(
     }
     let url = endpoint_url(local, &config.path);
     let server = build_server(store, config, node_lease, handler).await?;
-    // Before the ready line: a client that connects at once must find the requests a killed
-    // predecessor left unanswered already answered.
-    let orphans = server
-        .answer_orphans()
-        .await
-        .context("answering requests left unanswered by the previous process")?;
-
+    // `serve` answers the requests a killed predecessor left unanswered before it accepts a
+    // connection; one that arrives right after the ready line waits in the backlog.
     announce(&url)?;
-    info!(%url, store = %describe(store), serving, orphaned_streams = orphans.streams, "tether serve ready");
+    info!(%url, store = %describe(store), serving, "tether serve ready");
 
     let (stop, stopped) = oneshot::channel::<()>();
     let serving = server.serve(listener, async move {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec};
+use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec, pid_alive, wait_pids_gone};
 use tether_testkit::peers::python;
 use tether_testkit::raw::RawClient;
 
@@ -55,24 +55,23 @@ async fn child_pid(dir: &Path) -> anyhow::Result<u32> {
     }
 }
 
-fn is_running(pid: u32) -> bool {
-    // A zombie has been reaped by nobody yet, but runs no more.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.split_whitespace()
-            .nth(2)
-            .is_none_or(|state| state != "Z")
-    })
+async fn assert_gone(pid: u32, why: &str) -> anyhow::Result<()> {
+    let alive = wait_pids_gone(&[pid], GONE_WITHIN).await;
+    ensure!(alive.is_empty(), "child {pid} still running: {why}");
+    Ok(())
 }
 
-async fn assert_gone(pid: u32, why: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + GONE_WITHIN;
-    while is_running(pid) {
-        ensure!(
-            Instant::now() < deadline,
-            "child {pid} still running: {why}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// A new session on `server` starts a new child (another pid than `old`) that answers calls.
+async fn assert_a_new_session_gets_a_new_child(
+    server: &ServerProcess,
+    dir: &Path,
+    old: u32,
+) -> anyhow::Result<()> {
+    std::fs::remove_file(dir.join("pid"))?;
+    let mut fresh = RawClient::new(server.url())?.with_timeout(Duration::from_secs(20));
+    fresh.initialize().await?;
+    let pid = child_pid(dir).await?;
+    ensure!(pid != old, "a new child for the new session");
     Ok(())
 }
 
@@ -113,9 +112,7 @@ async fn a_child_that_crashes_fails_its_call_and_its_session() -> anyhow::Result
     ensure!(message.contains("stdio server failed"), "{message}");
     assert_gone(pid, "it crashed").await?;
     assert_session_gone(&mut client).await?;
-    // A new session gets a new child.
-    let mut fresh = RawClient::new(server.url())?;
-    fresh.initialize().await?;
+    assert_a_new_session_gets_a_new_child(&server, dir.path(), pid).await?;
     server.terminate().await?;
     Ok(())
 }
@@ -128,10 +125,11 @@ async fn a_child_that_writes_garbage_is_stopped_and_its_call_fails() -> anyhow::
     client.initialize().await?;
     let pid = child_pid(dir.path()).await?;
     let answer = call(&mut client).await?;
+    ensure!(answer["error"]["code"] == json!(-32603), "{answer}");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     ensure!(
-        message.contains("not JSON-RPC") && message.contains("this is not JSON-RPC"),
-        "the error says what the child wrote: {answer}"
+        message.contains("not JSON-RPC (") && message.contains(r#""this is not JSON-RPC""#),
+        "the error says what the child wrote, and why it is refused: {answer}"
     );
     assert_gone(pid, "it wrote garbage").await?;
     assert_session_gone(&mut client).await?;
@@ -172,6 +170,7 @@ async fn a_child_that_never_answers_initialize_times_out() -> anyhow::Result<()>
         .map(|(_, m)| m)
         .find(|m| m["id"] == json!(1))
         .context("an answer to initialize")?;
+    ensure!(answer["error"]["code"] == json!(-32603), "{answer}");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     ensure!(message.contains("no answer to initialize"), "{answer}");
     let pid = child_pid(dir.path()).await?;
@@ -214,7 +213,7 @@ async fn a_flooding_child_cannot_grow_memory_beyond_the_store_bounds() -> anyhow
     let deadline = Instant::now() + Duration::from_secs(120);
     while !flooded.exists() {
         ensure!(Instant::now() < deadline, "the flood did not finish");
-        ensure!(is_running(pid), "the child died:\n{}", server.logs());
+        ensure!(pid_alive(pid), "the child died:\n{}", server.logs());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let peak = peak_rss_kib(server.pid())?;
@@ -283,6 +282,11 @@ async fn after_a_restart_a_gateway_session_answers_404_and_its_child_is_gone() -
     assert_session_gone(&mut client).await?;
     let mut fresh = RawClient::new(server.url())?;
     fresh.initialize().await?;
+    let answer = call(&mut fresh).await?;
+    ensure!(
+        answer["result"]["content"][0]["text"] == json!("ok"),
+        "a new session works after the restart: {answer}"
+    );
     server.terminate().await?;
     Ok(())
 }

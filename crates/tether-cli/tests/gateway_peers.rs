@@ -20,10 +20,10 @@
 //! stream (the rest of the call) is always shorter than the cut point. The TypeScript SDK
 //! resumes from its latest cursor every time, so its plan cuts every few events.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
-use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec};
+use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec, wait_pids_gone};
 use tether_testkit::peers::{self, PeerCommand};
 use tether_testkit::proxy::{FaultPlan, FaultProxy, TruncateFault};
 
@@ -163,30 +163,6 @@ fn started_pids(logs: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `pid` is a live process: it exists and is not a zombie (a zombie has exited; only
-/// its exit status waits for whoever inherited it).
-fn is_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // `pid (comm) STATE …`; comm may contain spaces and parentheses, so split after the
-        // last `)`.
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z")
-    })
-}
-
-/// Waits until none of `pids` is alive; returns the ones still alive at the deadline.
-async fn wait_gone(pids: &[u32]) -> Vec<u32> {
-    let deadline = Instant::now() + CHILD_EXIT_TIMEOUT;
-    loop {
-        let alive: Vec<u32> = pids.iter().copied().filter(|&pid| is_alive(pid)).collect();
-        if alive.is_empty() || Instant::now() >= deadline {
-            return alive;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// One `{"progress": p, "total": t}` line.
 type Progress = (u64, u64);
 
@@ -279,7 +255,7 @@ async fn long_call_through_cuts(tool: Tool, sdk: Sdk) {
         !pids.is_empty(),
         "no `stdio server started` log line\n{context}"
     );
-    let alive = wait_gone(&pids).await;
+    let alive = wait_pids_gone(&pids, CHILD_EXIT_TIMEOUT).await;
     assert!(
         alive.is_empty(),
         "stdio servers {alive:?} outlived tether serve\n{context}"

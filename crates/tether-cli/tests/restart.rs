@@ -145,6 +145,9 @@ async fn a_second_server_on_the_same_store_is_refused() -> anyhow::Result<()> {
     let error = second.err().context("a second process on the same store")?;
     let message = format!("{error:#}");
     ensure!(message.contains("in use by another process"), "{message}");
-    first.terminate().await?;
+    // The first one is unaffected.
+    RawClient::new(first.url())?.initialize().await?;
+    let status = first.terminate().await?;
+    ensure!(status.code() == Some(0), "exit {status}");
     Ok(())
 }

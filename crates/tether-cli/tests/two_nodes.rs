@@ -8,9 +8,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use serde_json::json;
+use serde_json::{Value, json};
+use tether::server::SERVER_RESTARTED_REASON;
 use tether_testkit::launcher::{ServerProcess, ServerSpec};
-use tether_testkit::raw::RawClient;
+use tether_testkit::raw::{RawClient, RawResponse, SseEvent};
 use tether_testkit::redis::RedisServer;
 
 const N: u64 = 60;
@@ -36,30 +37,28 @@ async fn node(redis: &RedisServer, name: &str) -> anyhow::Result<ServerProcess> 
         .await?)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_started_on_one_node_is_resumed_live_on_the_other() -> anyhow::Result<()> {
-    let redis = RedisServer::start().await?;
-    let mut a = node(&redis, "node-a").await?;
-    let mut b = node(&redis, "node-b").await?;
-
-    let mut on_a = RawClient::new(a.url())?.with_timeout(Duration::from_secs(20));
+/// Starts `count` with `arguments` on node `a`, reads its priming event and `read` progress
+/// events there, drops the connection, and resumes the stream with GET on node `b`, checking
+/// that `b` answered. Returns the call's id, a client for the session on `b`, and the resumed
+/// response.
+async fn cut_on_a_resume_on_b(
+    a: &ServerProcess,
+    b: &ServerProcess,
+    arguments: Value,
+    read: usize,
+) -> anyhow::Result<(i64, RawClient, RawResponse)> {
+    let mut on_a = RawClient::new(a.url())?.with_timeout(Duration::from_secs(30));
     on_a.initialize().await?;
     let (id, mut response) = on_a
-        .call_tool(
-            "count",
-            json!({"n": N, "interval_ms": INTERVAL_MS}),
-            Some(json!("two-nodes")),
-        )
+        .call_tool("count", arguments, Some(json!("two-nodes")))
         .await?;
     ensure!(response.header("tether-node") == Some("node-a"));
-    // The priming event and the first progress events, then the connection is dropped.
-    let seen = response.read_events(READ_ON_A + 1).await?;
+    let seen = response.read_events(read + 1).await?;
     let cursor = seen.last().context("events on A")?.id.clone();
     drop(response);
 
-    let mut on_b = RawClient::new(b.url())?.with_timeout(Duration::from_secs(20));
+    let mut on_b = RawClient::new(b.url())?.with_timeout(Duration::from_secs(30));
     on_b.set_session_id(on_a.session_id().map(str::to_owned));
-    let resumed_at = Instant::now();
     let resumed = on_b.resume(&cursor).await?;
     ensure!(resumed.status() == 200, "resume on B: {}", resumed.status());
     ensure!(
@@ -67,23 +66,56 @@ async fn a_call_started_on_one_node_is_resumed_live_on_the_other() -> anyhow::Re
         "served by node B: {:?}",
         resumed.header("tether-node")
     );
+    Ok((id, on_b, resumed))
+}
+
+/// The progress values of `events`, which must all be progress notifications except the
+/// last, and that last message (the call's answer).
+fn progress_then_answer(events: &[SseEvent]) -> anyhow::Result<(Vec<u64>, Value)> {
+    let mut messages = Vec::new();
+    for event in events {
+        if let Some(message) = event.json()? {
+            messages.push(message);
+        }
+    }
+    let (last, progress) = messages.split_last().context("messages on B")?;
+    let progress = progress
+        .iter()
+        .map(|m| {
+            m["params"]["progress"]
+                .as_u64()
+                .with_context(|| format!("only progress before the answer: {m}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok((progress, last.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_started_on_one_node_is_resumed_live_on_the_other() -> anyhow::Result<()> {
+    let redis = RedisServer::start().await?;
+    let mut a = node(&redis, "node-a").await?;
+    let mut b = node(&redis, "node-b").await?;
+    let resumed_at = Instant::now();
+    let (id, mut on_b, resumed) = cut_on_a_resume_on_b(
+        &a,
+        &b,
+        json!({"n": N, "interval_ms": INTERVAL_MS}),
+        READ_ON_A,
+    )
+    .await?;
     let transcript = resumed.read_to_end().await?;
     let took = resumed_at.elapsed();
-    let messages = transcript.messages()?;
-    let (last, progress) = messages.split_last().context("messages on B")?;
-    let progress: Vec<u64> = progress
-        .iter()
-        .filter_map(|(_, m)| m["params"]["progress"].as_u64())
-        .collect();
+    let events: Vec<SseEvent> = transcript.events().cloned().collect();
+    let (progress, answer) = progress_then_answer(&events)?;
     let expected: Vec<u64> = (READ_ON_A as u64 + 1..=N).collect();
     ensure!(
         progress == expected,
         "the rest, once each, in order: {progress:?}"
     );
-    ensure!(last.1["id"] == json!(id), "{last:?}");
+    ensure!(answer["id"] == json!(id), "{answer}");
     ensure!(
-        last.1["result"]["content"][0]["text"] == json!(format!("counted {N}")),
-        "{last:?}"
+        answer["result"]["content"][0]["text"] == json!(format!("counted {N}")),
+        "{answer}"
     );
     // Most of the call was still to come when B took over: B followed A live rather than
     // replaying a finished stream.
@@ -112,51 +144,39 @@ async fn a_call_started_on_one_node_is_resumed_live_on_the_other() -> anyhow::Re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_a_node_dies_another_answers_its_open_call_after_the_lease() -> anyhow::Result<()> {
+    const READ: usize = 5;
     let redis = RedisServer::start().await?;
     let mut a = node(&redis, "node-a").await?;
     let mut b = node(&redis, "node-b").await?;
-    let mut on_a = RawClient::new(a.url())?.with_timeout(Duration::from_secs(30));
-    on_a.initialize().await?;
-    let (id, mut response) = on_a
-        .call_tool(
-            "count",
-            json!({"n": 100_000, "interval_ms": 20}),
-            Some(json!("dies")),
-        )
-        .await?;
-    let seen = response.read_events(6).await?;
-    let cursor = seen.last().context("events on A")?.id.clone();
-    drop(response);
-    let mut on_b = RawClient::new(b.url())?.with_timeout(Duration::from_secs(30));
-    on_b.set_session_id(on_a.session_id().map(str::to_owned));
-    let resumed = on_b.resume(&cursor).await?;
-    ensure!(resumed.status() == 200, "resume on B: {}", resumed.status());
-    ensure!(resumed.header("tether-node") == Some("node-b"));
+    let (id, _on_b, mut resumed) =
+        cut_on_a_resume_on_b(&a, &b, json!({"n": 100_000, "interval_ms": 20}), READ).await?;
+    // B is following A's production live before A dies.
+    let mut events = resumed.read_events(1).await?;
 
     let killed = Instant::now();
     a.kill().await?;
     let transcript = resumed.read_to_end().await?;
     let took = killed.elapsed();
     ensure!(transcript.complete, "B ends the stream");
-    let messages = transcript.messages()?;
-    let (last, progress) = messages.split_last().context("messages on B")?;
-    let progress: Vec<u64> = progress
-        .iter()
-        .filter_map(|(_, m)| m["params"]["progress"].as_u64())
-        .collect();
-    let expected: Vec<u64> = (6..6 + progress.len() as u64).collect();
+    events.extend(transcript.events().skip(1).cloned());
+    let (progress, answer) = progress_then_answer(&events)?;
+    let first = READ as u64 + 1;
+    let expected: Vec<u64> = (first..first + progress.len() as u64).collect();
     ensure!(
-        progress == expected,
+        !progress.is_empty() && progress == expected,
         "a gap-free continuation: {progress:?}"
     );
     ensure!(
-        last.1["id"] == json!(id),
-        "the answer to the call: {last:?}"
+        answer["id"] == json!(id),
+        "the answer to the call: {answer}"
     );
     ensure!(
-        last.1["error"]["data"]["reason"] == json!("server_restarted"),
-        "a JSON-RPC error: {last:?}"
+        answer["error"]["code"] == json!(-32603)
+            && answer["error"]["data"]["reason"] == json!(SERVER_RESTARTED_REASON),
+        "a JSON-RPC error: {answer}"
     );
+    // A renews its lease every third of it, so the lease runs out between two thirds of it
+    // and all of it after the kill; half is that floor with room for timing.
     ensure!(
         took >= Duration::from_secs(LEASE_SECS) / 2,
         "not before A's lease ran out ({took:?})"

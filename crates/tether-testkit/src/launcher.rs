@@ -531,6 +531,33 @@ pub enum BinKind {
     Example,
 }
 
+/// Whether process `pid` is running: it exists and is not a zombie (a zombie has exited and
+/// only waits to be reaped). For processes a test did not launch itself, such as the children
+/// of a gateway; for its own, [`ServerProcess::is_running`].
+#[must_use]
+pub fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // `pid (comm) STATE …`; comm may contain spaces and parentheses, so split after the
+        // last `)`.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z")
+    })
+}
+
+/// Waits up to `timeout` until none of `pids` is alive ([`pid_alive`]); returns the ones
+/// still alive at the deadline (empty: all gone).
+pub async fn wait_pids_gone(pids: &[u32], timeout: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let alive: Vec<u32> = pids.iter().copied().filter(|&pid| pid_alive(pid)).collect();
+        if alive.is_empty() || Instant::now() >= deadline {
+            return alive;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The `tether` binary of this workspace, built for the current profile; see [`cargo_bin`].
 pub fn tether_bin() -> anyhow::Result<PathBuf> {
     cargo_bin(BinKind::Bin, "tether-cli", "tether")

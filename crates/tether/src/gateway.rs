@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -41,7 +41,9 @@ use tokio::process::{ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::lock;
 use crate::server::{ContextError, Handler, RequestContext, ServerInfo, SessionContext};
+use crate::stdio;
 
 /// Default for [`GatewayConfig::initialize_timeout`]: generous for a server started through
 /// `npx` or `uvx` on a cold cache.
@@ -90,12 +92,6 @@ pub struct StdioGateway {
     children: Mutex<HashMap<SessionId, Arc<Child>>>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl StdioGateway {
     /// A gateway that will run `config.program` for each session.
     #[must_use]
@@ -126,6 +122,11 @@ fn gateway_error(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(INTERNAL_ERROR, message)
 }
 
+/// The error for a request of a child that failed for reason `why`.
+fn failed(why: &str) -> ErrorObject {
+    gateway_error(format!("the stdio server failed: {why}"))
+}
+
 #[async_trait]
 impl Handler for StdioGateway {
     fn server_info(&self) -> ServerInfo {
@@ -148,14 +149,9 @@ impl Handler for StdioGateway {
             tracing::error!(session = %id, %error, "cannot start the stdio server");
             gateway_error(format!("cannot start the stdio server: {error}"))
         })?;
-        lock(&self.children).insert(id.clone(), Arc::clone(&child));
-        let result = child.initialize(request, &session, &self.config).await;
-        if result.is_err()
-            && let Some(child) = self.remove(&id)
-        {
-            child.stop();
-        }
-        result
+        lock(&self.children).insert(id, Arc::clone(&child));
+        // On failure the transport ends the session, and `session_closed` stops the child.
+        child.initialize(request, &session, &self.config).await
     }
 
     fn session_alive(&self, session: &SessionId) -> bool {
@@ -280,7 +276,7 @@ impl Child {
 
     /// Stops the child: closes its stdin, then kills its process group after a grace period.
     fn stop(&self) {
-        self.die("the session ended".to_owned());
+        let _ = self.die("the session ended".to_owned());
         self.stop.cancel();
     }
 
@@ -288,36 +284,42 @@ impl Child {
         self.exited.cancelled().await;
     }
 
-    /// Marks the child dead (once) and fails every request it has not answered.
-    fn die(&self, why: String) {
+    /// Marks the child dead (once) and fails every request it has not answered. Returns
+    /// whether it was alive until now.
+    fn die(&self, why: String) -> bool {
         let pending = {
             let mut routing = lock(&self.routing);
             if routing.dead.is_some() {
-                return;
+                return false;
             }
             routing.dead = Some(why.clone());
             std::mem::take(&mut routing.pending)
         };
         for (_, pending) in pending {
-            let _ = pending.answer.send(Err(gateway_error(format!(
-                "the stdio server failed: {why}"
-            ))));
+            let _ = pending.answer.send(Err(failed(&why)));
         }
+        true
     }
 
     /// Fails the session: the child is dead, so is the session (the transport answers 404
     /// from now on, through `session_alive`).
     fn fail(&self, why: String) {
-        tracing::error!(session = %self.session.session_id(), reason = %why, "stdio server failed; ending its session");
-        self.die(why);
+        let session = self.session.session_id();
+        if self.die(why.clone()) {
+            tracing::error!(%session, reason = %why, "stdio server failed; ending its session");
+        }
         self.stop.cancel();
     }
 
-    /// Writes one message to the child's stdin (dropped if the child is gone).
+    /// Writes one message to the child's stdin (dropped if the child is gone or being
+    /// stopped: a child that stops reading cannot hold a writer forever).
     async fn send(&self, message: &Message) {
         let mut line = message.to_vec();
         line.push(b'\n');
-        let _ = self.stdin.send(line).await;
+        tokio::select! {
+            _ = self.stdin.send(line) => {}
+            () = self.stop.cancelled() => {}
+        }
     }
 
     /// Sends `initialize` (at the session's negotiated version) and waits for the answer;
@@ -345,7 +347,7 @@ impl Child {
             () = tokio::time::sleep(config.initialize_timeout) => {
                 let why = format!("no answer to initialize within {:?}", config.initialize_timeout);
                 self.fail(why.clone());
-                Err(gateway_error(format!("the stdio server failed: {why}")))
+                Err(failed(&why))
             }
         };
         drop(waiter);
@@ -356,7 +358,7 @@ impl Child {
                 "it answered initialize with protocol version {version:?}, not {negotiated}"
             );
             self.fail(why.clone());
-            return Err(gateway_error(format!("the stdio server failed: {why}")));
+            return Err(failed(&why));
         }
         self.send(&Message::Notification(Notification::new(
             "notifications/initialized",
@@ -374,7 +376,7 @@ impl Child {
         {
             let mut routing = lock(&self.routing);
             if let Some(why) = &routing.dead {
-                return Err(gateway_error(format!("the stdio server failed: {why}")));
+                return Err(failed(why));
             }
             routing.pending.insert(
                 id.clone(),
@@ -384,9 +386,12 @@ impl Child {
                 },
             );
         }
-        self.send(&Message::Request(request)).await;
+        let sent = async {
+            self.send(&Message::Request(request)).await;
+            rx.await
+        };
         tokio::select! {
-            answer = rx => match answer {
+            answer = sent => match answer {
                 Ok(answer) => answer,
                 Err(_) => Err(gateway_error("the stdio server stopped")),
             },
@@ -405,28 +410,26 @@ impl Child {
         let mut line = Vec::new();
         loop {
             line.clear();
-            match read_line(&mut stdout, &mut line, max).await {
+            match stdio::read_line(&mut stdout, &mut line, max).await {
                 Ok(true) => {}
                 Ok(false) => {
-                    self.die("it exited (end of its output)".to_owned());
+                    // Usually the process exited; one that only closed stdout is stopped.
+                    self.fail("its output ended".to_owned());
                     return;
                 }
-                Err(why) => {
-                    self.fail(why);
-                    return;
-                }
-            }
-            let text = line.trim_ascii();
-            if text.is_empty() {
-                continue;
-            }
-            let message = serde_json::from_slice(text)
-                .map_err(|error| error.to_string())
-                .and_then(|value| Message::from_value(value).map_err(|error| error.to_string()));
-            match message {
-                Ok(message) => self.route(message).await,
                 Err(error) => {
-                    let shown: String = String::from_utf8_lossy(text).chars().take(200).collect();
+                    self.fail(format!("its output: {error}"));
+                    return;
+                }
+            }
+            match stdio::parse_line(&line) {
+                None => {}
+                Some(Ok(message)) => self.route(message).await,
+                Some(Err(error)) => {
+                    let shown: String = String::from_utf8_lossy(line.trim_ascii())
+                        .chars()
+                        .take(200)
+                        .collect();
                     self.fail(format!(
                         "it wrote a line that is not JSON-RPC ({error}): {shown:?}"
                     ));
@@ -544,7 +547,7 @@ impl Child {
             Ok(status) => tracing::info!(session = %id, %status, "stdio server exited"),
             Err(error) => tracing::warn!(session = %id, %error, "could not reap the stdio server"),
         }
-        self.die("it exited".to_owned());
+        let _ = self.die("it exited".to_owned());
         self.exited.cancel();
     }
 }
@@ -593,37 +596,6 @@ impl Drop for InitializeWaiter {
     }
 }
 
-/// Reads one line (without its LF) into `line`; `Ok(false)` at end of input. A line longer
-/// than `max` is an error, found before it is all in memory.
-async fn read_line(
-    reader: &mut (impl AsyncBufRead + Unpin),
-    line: &mut Vec<u8>,
-    max: usize,
-) -> Result<bool, String> {
-    loop {
-        let available = reader
-            .fill_buf()
-            .await
-            .map_err(|error| format!("reading its output failed: {error}"))?;
-        if available.is_empty() {
-            return Ok(!line.is_empty());
-        }
-        let (taken, done) = match available.iter().position(|&b| b == b'\n') {
-            Some(at) => (at + 1, true),
-            None => (available.len(), false),
-        };
-        let end = if done { taken - 1 } else { taken };
-        line.extend_from_slice(&available[..end]);
-        reader.consume(taken);
-        if line.len() > max {
-            return Err(format!("it wrote a line longer than {max} bytes"));
-        }
-        if done {
-            return Ok(true);
-        }
-    }
-}
-
 /// Writes queued lines to the child's stdin until the queue closes or the child is stopped;
 /// then closes stdin, which tells a stdio server to exit.
 async fn feed_stdin(
@@ -656,48 +628,5 @@ async fn log_stderr(mut stderr: impl AsyncBufRead + Unpin, session: SessionId) {
                 tracing::info!(target: "tether::gateway::stderr", session = %session, "{text}");
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn lines(input: &[u8], max: usize) -> Vec<Result<Vec<u8>, String>> {
-        let mut reader = BufReader::with_capacity(4, input);
-        let mut out = Vec::new();
-        loop {
-            let mut line = Vec::new();
-            match read_line(&mut reader, &mut line, max).await {
-                Ok(true) => out.push(Ok(line)),
-                Ok(false) => return out,
-                Err(error) => {
-                    out.push(Err(error));
-                    return out;
-                }
-            }
-        }
-    }
-
-    #[tokio::test]
-    async fn lines_are_split_on_lf_across_small_reads() {
-        let got = lines(b"{\"a\":1}\n{\"b\":22}\nlast", 100).await;
-        assert_eq!(
-            got,
-            vec![
-                Ok(b"{\"a\":1}".to_vec()),
-                Ok(b"{\"b\":22}".to_vec()),
-                Ok(b"last".to_vec())
-            ]
-        );
-    }
-
-    #[tokio::test]
-    async fn an_overlong_line_is_an_error_before_it_is_read_whole() {
-        let mut input = vec![b'x'; 1000];
-        input.push(b'\n');
-        let got = lines(&input, 10).await;
-        assert_eq!(got.len(), 1);
-        assert!(got[0].as_ref().is_err_and(|e| e.contains("longer than 10")));
     }
 }

@@ -5,8 +5,12 @@
 //! reconnect state machine) and [`tether_sse`] (the server-sent events codec). Those two crates
 //! are re-exported as [`proto`] and [`sse`] so that applications need only this one dependency.
 //!
-//! - [`store`]: the event and session stores behind every stream (memory now; SQLite and Redis
-//!   arrive with their issues).
+//! - [`store`]: the event and session stores behind every stream: memory, SQLite (feature
+//!   `sqlite`) and Redis (feature `redis`).
+//! - [`gateway`] (feature `server`): a stdio MCP server, one process per session, behind the
+//!   server.
+//! - [`stdio`]: JSON-RPC over stdio lines, read the same way by the gateway and `tether
+//!   connect`.
 //! - [`server`] (feature `server`): the Streamable HTTP endpoint, the handler API, and
 //!   `serve`.
 //! - [`demo`] (feature `server`): the built-in demo server of `tether serve`.
@@ -24,4 +28,14 @@ pub mod demo;
 pub mod gateway;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod stdio;
 pub mod store;
+
+/// Locks a mutex whose data stays consistent even if a holder panicked: every critical section
+/// in this crate is a few map or counter operations with no await inside, so a poisoned lock
+/// is still safe to use.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

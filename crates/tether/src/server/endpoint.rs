@@ -57,6 +57,7 @@ use super::handler::Handler;
 use super::origin::{host_allowed, origin_allowed};
 use super::session::SessionRuntime;
 use super::writer::{Pacing, READ_BATCH, Start, Writer};
+use crate::lock;
 use crate::store::{
     ANONYMOUS_PRINCIPAL, EventStore, SessionRecord, SessionStore, StoreError, StreamKind,
     StreamOwner,
@@ -74,12 +75,6 @@ const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(10);
 /// Upper bound of the sweep period: with the default 30-minute idle time, expired sessions'
 /// memory is reclaimed within half a minute.
 const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Everything the endpoint's handlers share: configuration, handler, stores, and the
 /// sessions this node has runtime state for.
@@ -309,14 +304,8 @@ impl Shared {
     /// Answers the streams the store reports orphaned since the last look (with a shared
     /// store, those of a node whose lease ran out).
     async fn answer_orphans(&self) {
-        match super::orphans::answer_orphans(&*self.events).await {
-            Ok(report) if report.streams > 0 => tracing::info!(
-                streams = report.streams,
-                requests = report.requests,
-                "answered requests another process left unanswered"
-            ),
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "looking for orphaned streams failed"),
+        if let Err(error) = super::orphans::answer_orphans(&*self.events).await {
+            tracing::warn!(%error, "looking for orphaned streams failed");
         }
     }
 

@@ -310,16 +310,9 @@ impl Server {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let orphans = self.answer_orphans().await.map_err(|error| {
+        self.answer_orphans().await.map_err(|error| {
             std::io::Error::other(format!("answering orphaned requests: {error}"))
         })?;
-        if orphans.streams > 0 {
-            tracing::info!(
-                streams = orphans.streams,
-                requests = orphans.requests,
-                "answered requests left unanswered by an earlier process"
-            );
-        }
         self.shared.ensure_sweeper();
         let token = self.shared.shutdown.clone();
         if let Ok(addr) = listener.local_addr() {

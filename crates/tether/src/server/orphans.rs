@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use serde_json::json;
 use tether_proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, Response};
 
+use crate::stdio;
 use crate::store::{EventStore, OrphanedStream, StoreError};
 
 /// `error.data.reason` of the answer to a request whose handler died with its process (a
@@ -60,6 +61,13 @@ pub(crate) async fn answer_orphans(events: &dyn EventStore) -> Result<OrphanRepo
             }
         }
     }
+    if report.streams > 0 {
+        tracing::info!(
+            streams = report.streams,
+            requests = report.requests,
+            "answered requests another process left unanswered"
+        );
+    }
     Ok(report)
 }
 
@@ -96,10 +104,8 @@ async fn stored_response_ids(
     };
     loop {
         for event in &batch.events {
-            let response = serde_json::from_slice(&event.message)
-                .ok()
-                .and_then(|value| Message::from_value(value).ok());
-            if let Some(Message::Response(response)) = response
+            // Stored messages are the server's own, one JSON-RPC message each.
+            if let Some(Ok(Message::Response(response))) = stdio::parse_line(&event.message)
                 && let Some(id) = response.id()
             {
                 answered.insert(id.clone());

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tether_proto::ids::{EventId, StreamId};
@@ -23,15 +23,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::context::LogLevel;
+use crate::lock;
 use crate::store::{EventStore, SessionRecord, StoreError, StreamOwner};
-
-/// Locks a mutex whose data stays consistent even if a holder panicked: every critical
-/// section here is a single map operation, so a poisoned lock is still safe to use.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// One session's runtime state on this node.
 pub(crate) struct SessionRuntime {

@@ -45,6 +45,7 @@
 //!
 //! [`MemoryEventStore`]: super::MemoryEventStore
 
+use crate::lock as guard;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -372,12 +373,6 @@ impl Drop for Inner {
             let _ = thread.join();
         }
     }
-}
-
-fn guard<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Inner {

@@ -14,6 +14,7 @@
 mod events;
 mod sessions;
 
+use crate::lock as guard;
 use std::time::Duration;
 
 pub use events::MemoryEventStore;
@@ -87,13 +88,4 @@ impl Default for MemoryStoreConfig {
             max_tombstones: Self::DEFAULT_MAX_TOMBSTONES,
         }
     }
-}
-
-/// Locks `mutex`, recovering from poisoning. A panic under one of these locks would be a bug
-/// here; re-raising it in every later caller would turn one failed request into a dead server,
-/// so later callers go on with the state as it was left.
-fn guard<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -78,6 +78,7 @@
 mod scripts;
 mod wake;
 
+use crate::lock as guard;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -367,12 +368,6 @@ async fn heartbeat_loop(inner: std::sync::Weak<Inner>, cancel: CancellationToken
             tracing::warn!(%error, node = %inner.config.node_id, "redis store: heartbeat failed");
         }
     }
-}
-
-fn guard<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn unavailable(error: impl fmt::Display) -> StoreError {
