@@ -12,13 +12,14 @@
 //! each request's final response to it and completes it when every request of the POST has
 //! finished or was cancelled, which ends the writer loop (T9). A cancelled request gets no
 //! response (T16). In JSON mode the responses become the body, and related messages go to
-//! the standalone stream. This module does not validate requests or write to connections.
+//! the standalone stream. A POST handed over by another node (see [`super::handoff`]) always
+//! gets a Request stream, since the other node serves its answer from the store; in JSON
+//! mode that stream holds only the responses, which the other node collects into the body.
+//! This module does not validate requests or write to connections: it returns an [`Answer`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::response::{IntoResponse, Response};
-use http::StatusCode;
 use serde_json::json;
 use tether_proto::headers::ResponseKind;
 use tether_proto::ids::StreamId;
@@ -30,10 +31,9 @@ use tokio::task::JoinSet;
 use tracing::Instrument as _;
 
 use super::context::{RequestContext, SessionContext};
-use super::endpoint::{Shared, json_response};
+use super::endpoint::Shared;
 use super::error::ServerError;
 use super::session::{InFlightSlot, SessionRuntime};
-use super::writer::Start;
 use crate::store::StreamKind;
 
 /// A cancelled handler gets this long to notice (`RequestContext::cancelled`) and return
@@ -61,6 +61,26 @@ struct Job {
     slot: Slot,
 }
 
+/// How an accepted POST is answered.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// 202 with an empty body: no requests, or every request was cancelled.
+    Accepted,
+    /// The requests are answered on this Request stream.
+    Stream(StreamId),
+    /// The JSON body (one response, or an array for a batch).
+    Json(Vec<u8>),
+}
+
+/// Who receives an [`Answer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recipient {
+    /// The client, on this node's connection.
+    Client,
+    /// Another node, which received the POST and serves the answer from the store.
+    Node,
+}
+
 /// Handles the messages of one accepted POST (the session is known and valid).
 pub(crate) async fn post(
     shared: &Arc<Shared>,
@@ -68,7 +88,8 @@ pub(crate) async fn post(
     messages: Vec<Message>,
     accept: Option<&str>,
     is_batch: bool,
-) -> Result<Response, ServerError> {
+    recipient: Recipient,
+) -> Result<Answer, ServerError> {
     let mut requests = Vec::new();
     let mut others = Vec::new();
     for message in messages {
@@ -102,7 +123,7 @@ pub(crate) async fn post(
     }
     let Some(kind) = kind else {
         // Only notifications and responses: 202, empty body (T2, T3, T4).
-        return Ok(StatusCode::ACCEPTED.into_response());
+        return Ok(Answer::Accepted);
     };
     let jobs: Vec<Job> = requests
         .into_iter()
@@ -118,9 +139,14 @@ pub(crate) async fn post(
             Job { request, slot }
         })
         .collect();
-    match kind {
-        ResponseKind::EventStream => answer_sse(shared, runtime, jobs).await,
-        ResponseKind::Json => answer_json(shared, runtime, jobs, is_batch).await,
+    match (kind, recipient) {
+        (ResponseKind::EventStream, _) => answer_sse(shared, runtime, jobs, None).await,
+        (ResponseKind::Json, Recipient::Node) => {
+            answer_sse(shared, runtime, jobs, Some(runtime.standalone())).await
+        }
+        (ResponseKind::Json, Recipient::Client) => {
+            answer_json(shared, runtime, jobs, is_batch).await
+        }
     }
 }
 
@@ -164,12 +190,14 @@ async fn handle_notification(
     }
 }
 
-/// SSE answer: a new Request stream, a driver task filling it, a writer loop reading it.
+/// Stream answer: a new Request stream and a driver task filling it. Related messages go to
+/// the stream too, unless `related` names another stream.
 async fn answer_sse(
     shared: &Arc<Shared>,
     runtime: &Arc<SessionRuntime>,
     jobs: Vec<Job>,
-) -> Result<Response, ServerError> {
+    related: Option<StreamId>,
+) -> Result<Answer, ServerError> {
     let requests: Vec<RequestId> = jobs.iter().map(|job| job.request.id.clone()).collect();
     let stream = shared
         .events
@@ -187,25 +215,33 @@ async fn answer_sse(
         return Err(ServerError::SessionNotFound);
     }
     let span = tracing::info_span!("post", session = %runtime.record().id, stream = %stream);
-    let writer = shared.writer(runtime, stream, Start::Fresh { cursor: 0 });
+    let related = related.unwrap_or(stream);
     tokio::spawn(
-        drive_stream(Arc::clone(shared), Arc::clone(runtime), stream, jobs).instrument(span),
+        drive_stream(
+            Arc::clone(shared),
+            Arc::clone(runtime),
+            stream,
+            related,
+            jobs,
+        )
+        .instrument(span),
     );
-    Ok(writer.into_response(None))
+    Ok(Answer::Stream(stream))
 }
 
-/// Runs a POST's requests, appends each final response to `stream` as it is ready, then
-/// completes the stream.
+/// Runs a POST's requests, with their related messages going to `related`, appends each
+/// final response to `stream` as it is ready, then completes the stream.
 async fn drive_stream(
     shared: Arc<Shared>,
     runtime: Arc<SessionRuntime>,
     stream: StreamId,
+    related: StreamId,
     jobs: Vec<Job>,
 ) {
     let mut running = JoinSet::new();
     for job in jobs {
         running.spawn(
-            run(Arc::clone(&shared), Arc::clone(&runtime), job, stream)
+            run(Arc::clone(&shared), Arc::clone(&runtime), job, related)
                 .instrument(tracing::Span::current()),
         );
     }
@@ -233,7 +269,7 @@ async fn answer_json(
     runtime: &Arc<SessionRuntime>,
     jobs: Vec<Job>,
     is_batch: bool,
-) -> Result<Response, ServerError> {
+) -> Result<Answer, ServerError> {
     let span = tracing::info_span!("post", session = %runtime.record().id);
     let standalone = runtime.standalone();
     // Spawned, so that a client that disconnects does not cancel the handlers (T15).
@@ -259,13 +295,18 @@ async fn answer_json(
         responses = collect => responses,
         () = shared.shutdown.cancelled() => return Err(ServerError::ShuttingDown),
     };
-    let body = match (responses.len(), is_batch) {
-        // Every request was cancelled: nothing to answer, as for a batch of notifications.
-        (0, _) => return Ok(StatusCode::ACCEPTED.into_response()),
-        (_, true) => serde_json::to_vec(&responses).expect("responses serialize"),
-        (_, false) => responses[0].to_vec(),
-    };
-    Ok(json_response(body, None))
+    Ok(json_body(&responses, is_batch).map_or(Answer::Accepted, Answer::Json))
+}
+
+/// The JSON body answering `responses`: an array for a batch, else the one response; `None`
+/// when there is none (every request was cancelled: nothing to answer, as for a batch of
+/// notifications).
+pub(crate) fn json_body(responses: &[RpcResponse], is_batch: bool) -> Option<Vec<u8>> {
+    match (responses, is_batch) {
+        ([], _) => None,
+        (_, true) => Some(serde_json::to_vec(responses).expect("responses serialize")),
+        ([response, ..], false) => Some(response.to_vec()),
+    }
 }
 
 /// Runs one request to its final response; `None` when it was cancelled (no response is

@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -51,13 +51,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::ServerConfig;
 use super::context::SessionContext;
-use super::dispatch;
+use super::dispatch::{self, Answer, Recipient};
 use super::error::{ResumeRefusal, ServerError};
 use super::handler::Handler;
+use super::handoff;
 use super::origin::{host_allowed, origin_allowed};
 use super::session::SessionRuntime;
 use super::writer::{Pacing, READ_BATCH, Start, Writer};
 use crate::lock;
+use crate::store::relay::{Relay, SessionHome};
 use crate::store::{
     ANONYMOUS_PRINCIPAL, EventStore, SessionRecord, SessionStore, StoreError, StreamKind,
     StreamOwner,
@@ -84,6 +86,8 @@ pub(crate) struct Shared {
     pub(crate) events: Arc<dyn EventStore>,
     pub(crate) sessions: Arc<dyn SessionStore>,
     pub(crate) node_id: HeaderValue,
+    /// How this node reaches the other nodes of a shared store, if it shares one.
+    pub(crate) relay: OnceLock<Arc<dyn Relay>>,
     /// Cancelled when `serve` is told to shut down: writer loops send `retry` and end.
     pub(crate) shutdown: CancellationToken,
     runtimes: Mutex<HashMap<SessionId, Arc<SessionRuntime>>>,
@@ -110,6 +114,7 @@ impl Shared {
             events,
             sessions,
             node_id,
+            relay: OnceLock::new(),
             shutdown: CancellationToken::new(),
             runtimes: Mutex::new(HashMap::new()),
             create_lock: tokio::sync::Mutex::new(()),
@@ -125,7 +130,7 @@ impl Shared {
 
     /// The principal of a request. Authentication arrives with the security issue; until then
     /// every request is [`ANONYMOUS_PRINCIPAL`]'s.
-    fn principal(&self, _parts: &Parts) -> Arc<str> {
+    pub(crate) fn principal(&self, _parts: &Parts) -> Arc<str> {
         Arc::from(ANONYMOUS_PRINCIPAL)
     }
 
@@ -167,12 +172,12 @@ impl Shared {
         }
     }
 
-    /// The live session named by `Mcp-Session-Id`, owned by `principal`; touches it.
-    async fn session(
+    /// The session named by `Mcp-Session-Id`, if it exists and is `principal`'s.
+    async fn session_record(
         &self,
         headers: &HeaderMap,
         principal: &str,
-    ) -> Result<Arc<SessionRuntime>, ServerError> {
+    ) -> Result<SessionRecord, ServerError> {
         let value = headers
             .get(MCP_SESSION_ID)
             .ok_or(ServerError::MissingSessionId)?;
@@ -181,31 +186,88 @@ impl Shared {
             .ok()
             .and_then(|v| SessionId::parse(v).ok())
             .ok_or(ServerError::MalformedSessionId)?;
-        let Some(record) = self.sessions.get(&id).await? else {
+        self.record_of(&id, principal).await
+    }
+
+    /// The session `id`, if it exists and is `principal`'s.
+    pub(crate) async fn record_of(
+        &self,
+        id: &SessionId,
+        principal: &str,
+    ) -> Result<SessionRecord, ServerError> {
+        let Some(record) = self.sessions.get(id).await? else {
             // Gone from the store (expired, deleted, or removed by another node): drop any
             // runtime state left here.
-            self.forget(&id);
+            self.forget(id);
             return Err(ServerError::SessionNotFound);
         };
         // Another principal's session is reported exactly like an unknown one.
         if &*record.principal != principal {
             return Err(ServerError::SessionNotFound);
         }
-        if !self.handler.session_alive(&id) {
-            tracing::info!(session = %id, "session ended: the handler can no longer serve it");
-            self.terminate(&id).await?;
+        Ok(record)
+    }
+
+    /// Where the session's handler runs: here, unless a relay says another node runs it.
+    async fn home(&self, record: &SessionRecord) -> Result<SessionHome, ServerError> {
+        match self.relay.get() {
+            None => Ok(SessionHome::Here),
+            Some(relay) => Ok(relay.home(record.standalone).await?),
+        }
+    }
+
+    /// The runtime of a session whose handler runs on this node, if the handler can still
+    /// serve it; touches it.
+    pub(crate) async fn local_session(
+        &self,
+        record: SessionRecord,
+    ) -> Result<Arc<SessionRuntime>, ServerError> {
+        if !self.handler.session_alive(&record.id) {
+            tracing::info!(session = %record.id, "session ended: the handler can no longer serve it");
+            self.terminate(&record.id).await?;
             return Err(ServerError::SessionNotFound);
         }
-        self.sessions.touch(&id).await?;
-        let runtime = {
-            let mut runtimes = lock(&self.runtimes);
-            Arc::clone(
-                runtimes
-                    .entry(id)
-                    .or_insert_with(|| SessionRuntime::new(record, Arc::clone(&self.events))),
-            )
-        };
-        Ok(runtime)
+        self.runtime(record).await
+    }
+
+    /// This node's runtime state of a session (created on first use: after a restart, or on
+    /// a node that only serves its streams); touches the session.
+    pub(crate) async fn runtime(
+        &self,
+        record: SessionRecord,
+    ) -> Result<Arc<SessionRuntime>, ServerError> {
+        self.sessions.touch(&record.id).await?;
+        let mut runtimes = lock(&self.runtimes);
+        let id = record.id.clone();
+        Ok(Arc::clone(runtimes.entry(id).or_insert_with(|| {
+            SessionRuntime::new(record, Arc::clone(&self.events))
+        })))
+    }
+
+    /// The runtime for a request that needs no handler (a GET): the local session when it
+    /// runs here, else state for serving its streams from the shared store, also when its
+    /// node is gone (its streams stay readable).
+    async fn session_for_reading(
+        &self,
+        headers: &HeaderMap,
+        principal: &str,
+    ) -> Result<Arc<SessionRuntime>, ServerError> {
+        let record = self.session_record(headers, principal).await?;
+        match self.home(&record).await? {
+            SessionHome::Here => self.local_session(record).await,
+            SessionHome::Node(_) | SessionHome::Gone(_) => self.runtime(record).await,
+        }
+    }
+
+    /// The HTTP answer to an accepted POST.
+    pub(crate) fn respond(&self, runtime: &Arc<SessionRuntime>, answer: Answer) -> Response {
+        match answer {
+            Answer::Accepted => StatusCode::ACCEPTED.into_response(),
+            Answer::Stream(stream) => self
+                .writer(runtime, stream, Start::Fresh { cursor: 0 })
+                .into_response(None),
+            Answer::Json(body) => json_response(body, None),
+        }
     }
 
     /// Creates a session: record, standalone stream and runtime.
@@ -245,7 +307,7 @@ impl Shared {
 
     /// Drops this node's runtime state of a session, cancelling its handlers and closing its
     /// connections.
-    fn forget(&self, id: &SessionId) {
+    pub(crate) fn forget(&self, id: &SessionId) {
         let runtime = lock(&self.runtimes).remove(id);
         if let Some(runtime) = runtime {
             runtime.close();
@@ -254,7 +316,7 @@ impl Shared {
     }
 
     /// Ends a session everywhere: record, runtime, events. Returns whether it existed.
-    async fn terminate(&self, id: &SessionId) -> Result<bool, ServerError> {
+    pub(crate) async fn terminate(&self, id: &SessionId) -> Result<bool, ServerError> {
         let existed = self.sessions.remove(id).await?;
         self.forget(id);
         self.events.remove_session(id).await?;
@@ -272,6 +334,9 @@ impl Shared {
             start();
         }
         let weak: Weak<Self> = Arc::downgrade(self);
+        if let Some(inbox) = self.relay.get().and_then(|relay| relay.take_inbox()) {
+            tokio::spawn(handoff::serve(weak.clone(), inbox));
+        }
         let shutdown = self.shutdown.clone();
         let interval = (self.config.session_idle / SWEEPS_PER_IDLE_PERIOD)
             .clamp(MIN_SWEEP_INTERVAL, MAX_SWEEP_INTERVAL);
@@ -462,29 +527,55 @@ pub(crate) async fn post(
         };
     }
     version_header?;
-    let runtime = shared.session(&parts.headers, &principal).await?;
+    let record = shared.session_record(&parts.headers, &principal).await?;
+    let version = record.version;
+    let (runtime, home_node) = match shared.home(&record).await? {
+        SessionHome::Here => (Some(shared.local_session(record.clone()).await?), None),
+        SessionHome::Node(node) => (None, Some(node)),
+        SessionHome::Gone(node) => {
+            // Its handler's state died with its node: the client starts a new session.
+            tracing::info!(session = %record.id, %node, "session's node is gone");
+            return Err(ServerError::SessionNotFound);
+        }
+    };
     // The session's negotiated version decides whether a batch is allowed, whatever the
     // request's header says (CONTRACTS.md).
-    let batching = if runtime.version().allows_batches() {
+    let batching = if version.allows_batches() {
         Batching::Allowed
     } else {
         Batching::Forbidden
     };
-    match parse_body(&bytes, batching)? {
+    let body = match parse_body(&bytes, batching)? {
         RpcBody::Single(Message::Request(request)) if request.is_initialize() => {
-            initialize(&shared, request, accept.as_deref(), principal).await
+            return initialize(&shared, request, accept.as_deref(), principal).await;
         }
-        body => {
-            let is_batch = matches!(body, RpcBody::Batch(_));
-            dispatch::post(
+        body => body,
+    };
+    let is_batch = matches!(body, RpcBody::Batch(_));
+    match (runtime, home_node) {
+        (Some(runtime), _) => {
+            let answer = dispatch::post(
                 &shared,
                 &runtime,
                 body.into_messages(),
                 accept.as_deref(),
                 is_batch,
+                Recipient::Client,
             )
-            .await
+            .await?;
+            Ok(shared.respond(&runtime, answer))
         }
+        (None, Some(node)) => {
+            let post = handoff::Post {
+                record,
+                principal,
+                body: bytes,
+                accept,
+                is_batch,
+            };
+            handoff::post(&shared, &node, post).await
+        }
+        (None, None) => unreachable!("a session runs here or on another node"),
     }
 }
 
@@ -577,7 +668,9 @@ pub(crate) async fn get(
     }
     check_protocol_version(&parts.headers)?;
     let principal = shared.principal(&parts);
-    let runtime = shared.session(&parts.headers, &principal).await?;
+    let runtime = shared
+        .session_for_reading(&parts.headers, &principal)
+        .await?;
     let Some(last_event_id) = parts.headers.get(headers::LAST_EVENT_ID) else {
         // A fresh GET continues the standalone stream after what earlier connections were
         // given; a second one replaces the first (CONTRACTS.md, T33).
@@ -651,20 +744,25 @@ async fn was_issued(
 pub(crate) async fn delete(
     State(shared): State<Arc<Shared>>,
     request: Request,
-) -> Result<StatusCode, ServerError> {
+) -> Result<Response, ServerError> {
     shared.ensure_sweeper();
     let (parts, _body) = request.into_parts();
     shared.check_host_origin(&parts)?;
     check_protocol_version(&parts.headers)?;
     let principal = shared.principal(&parts);
-    let runtime = shared.session(&parts.headers, &principal).await?;
-    let id = runtime.record().id.clone();
+    let record = shared.session_record(&parts.headers, &principal).await?;
+    let id = match shared.home(&record).await? {
+        // Its node stops the handler's work for it (and answers for the DELETE).
+        SessionHome::Node(node) => return handoff::delete(&shared, &node, record, principal).await,
+        SessionHome::Here => shared.local_session(record).await?.record().id.clone(),
+        SessionHome::Gone(_) => record.id,
+    };
     // Two concurrent DELETEs: the one that did not remove the record gets the 404.
     if !shared.terminate(&id).await? {
         return Err(ServerError::SessionNotFound);
     }
     tracing::info!(session = %id, "session deleted");
-    Ok(StatusCode::OK)
+    Ok(StatusCode::OK.into_response())
 }
 
 /// `GET /healthz`: the process is up and serving.

@@ -17,6 +17,7 @@ use tether_proto::jsonrpc::{self, ErrorObject, ParseError};
 use tether_proto::version::ProtocolVersion;
 
 use crate::store::StoreError;
+use crate::store::relay::HandoffAnswer;
 
 /// JSON-RPC code of an unusable `Last-Event-ID` (CONTRACTS.md): implementation-defined
 /// server error, since no standard code fits and -32600 would blame the body.
@@ -32,6 +33,10 @@ pub const TOO_MANY_REQUESTS_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// `Retry-After` for 503 while shutting down: a restart or another node takes a few seconds.
 pub const SHUTTING_DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// `Retry-After` for 503 when another node that runs the session did not take a request: a
+/// node restarting or a Redis hiccup passes in seconds.
+pub const HOME_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Why a `Last-Event-ID` cannot be resumed: the `data.reason` of the 400 (CONTRACTS.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,6 +126,10 @@ pub enum ServerError {
     /// The server is shutting down and cannot finish a JSON answer: 503 with `Retry-After`.
     #[error("server shutting down")]
     ShuttingDown,
+    /// The session runs on another node, which did not take or answer a request handed to it
+    /// in time: 503 with `Retry-After`.
+    #[error("the node running this session did not answer")]
+    HomeUnavailable,
     /// The event or session store failed: 503 when it is unavailable, 500 otherwise.
     #[error("store: {0}")]
     Store(#[from] StoreError),
@@ -143,7 +152,9 @@ impl ServerError {
             Self::ForbiddenOrigin | Self::ForbiddenHost => StatusCode::FORBIDDEN,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::TooManySessions | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManySessions | Self::ShuttingDown | Self::HomeUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::TooManyRequests | Self::Store(StoreError::TooManyStreams) => {
                 StatusCode::TOO_MANY_REQUESTS
             }
@@ -170,7 +181,9 @@ impl ServerError {
             Self::ResumeRefused(reason) => ErrorObject::new(RESUME_REFUSED, self.to_string())
                 .with_data(json!({"reason": reason.as_str()})),
             Self::GetDisabled => return None,
-            Self::Store(_) => ErrorObject::new(jsonrpc::INTERNAL_ERROR, self.to_string()),
+            Self::Store(_) | Self::HomeUnavailable => {
+                ErrorObject::new(jsonrpc::INTERNAL_ERROR, self.to_string())
+            }
             _ => ErrorObject::new(jsonrpc::INVALID_REQUEST, self.to_string()),
         };
         Some(object)
@@ -191,6 +204,7 @@ impl ServerError {
                 vec![retry_after(TOO_MANY_REQUESTS_RETRY_AFTER)]
             }
             Self::ShuttingDown => vec![retry_after(SHUTTING_DOWN_RETRY_AFTER)],
+            Self::HomeUnavailable => vec![retry_after(HOME_UNAVAILABLE_RETRY_AFTER)],
             Self::GetDisabled => vec![(header::ALLOW, HeaderValue::from_static("POST, DELETE"))],
             Self::Unauthorized => {
                 vec![(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))]
@@ -205,6 +219,30 @@ impl ServerError {
             let response: Value = json!({"jsonrpc": "2.0", "id": null, "error": error});
             serde_json::to_vec(&response).expect("a JSON value always serializes")
         })
+    }
+}
+
+impl ServerError {
+    /// This refusal as the answer to a request another node handed over, for that node to
+    /// pass on unchanged (see `super::handoff`).
+    pub(crate) fn into_handoff_answer(self) -> HandoffAnswer {
+        let mut headers: Vec<(String, String)> = self
+            .extra_headers()
+            .into_iter()
+            .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_owned())))
+            .collect();
+        let body = self.body().map_or_else(String::new, |body| {
+            headers.push((
+                header::CONTENT_TYPE.to_string(),
+                tether_proto::headers::APPLICATION_JSON.to_owned(),
+            ));
+            String::from_utf8(body).expect("serde_json writes UTF-8")
+        });
+        HandoffAnswer::Http {
+            status: self.status().as_u16(),
+            headers,
+            body,
+        }
     }
 }
 

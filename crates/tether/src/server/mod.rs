@@ -11,7 +11,8 @@
 //! routes their responses, `context` is what handlers emit through, `writer` is the one SSE
 //! writer loop, `error` maps every refusal to its status and body, `origin` is the
 //! DNS-rebinding check, `session` the per-session runtime state, `orphans` the answers to
-//! requests an earlier process left unanswered. Stores are [`crate::store`]'s;
+//! requests an earlier process left unanswered, `handoff` the requests for sessions another
+//! node of a shared store runs (see [`Server::with_relay`]). Stores are [`crate::store`]'s;
 //! JSON-RPC, versions, headers and ids are [`tether_proto`]'s; SSE framing is [`tether_sse`]'s.
 
 pub mod context;
@@ -19,6 +20,7 @@ mod dispatch;
 mod endpoint;
 pub mod error;
 pub mod handler;
+mod handoff;
 mod origin;
 mod orphans;
 mod session;
@@ -41,6 +43,7 @@ pub use context::{ContextError, LogLevel, RequestContext, SessionContext, Unknow
 pub use dispatch::CANCEL_GRACE;
 pub use error::{ResumeRefusal, ServerError};
 pub use handler::{Handler, ServerInfo};
+pub use handoff::HANDOFF_TIMEOUT;
 pub use orphans::{OrphanReport, SERVER_RESTARTED_REASON};
 
 use crate::store::{
@@ -214,6 +217,23 @@ impl Server {
         Self {
             shared: Arc::new(Shared::new(config, handler, events, sessions, node_id)),
         }
+    }
+
+    /// Lets this server share its stores with other nodes: requests for a session whose
+    /// handler runs on another node are handed to that node through `relay` (see
+    /// [`crate::store::relay`]), and the sessions of a node that is gone get 404 on POST.
+    /// Without a relay, every session found in the store is served here.
+    ///
+    /// # Panics
+    ///
+    /// If a relay was already set.
+    #[must_use]
+    pub fn with_relay(self, relay: Arc<dyn crate::store::relay::Relay>) -> Self {
+        assert!(
+            self.shared.relay.set(relay).is_ok(),
+            "Server::with_relay called twice"
+        );
+        self
     }
 
     /// A server over in-memory stores with their default limits; the event store's retention

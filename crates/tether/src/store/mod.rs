@@ -32,6 +32,7 @@ mod frame;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod relay;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(any(test, feature = "testing"))]
@@ -45,7 +46,9 @@ use tether_proto::ids::{EventId, SessionId, StreamId};
 use tether_proto::jsonrpc::RequestId;
 
 #[cfg(feature = "redis")]
-pub use self::redis::{RedisEventStore, RedisOpenError, RedisSessionStore, RedisStoreConfig};
+pub use self::redis::{
+    RedisEventStore, RedisOpenError, RedisRelay, RedisSessionStore, RedisStoreConfig,
+};
 pub use memory::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{

@@ -75,6 +75,7 @@
 //!
 //! [`MemoryEventStore`]: super::MemoryEventStore
 
+mod relay;
 mod scripts;
 mod wake;
 
@@ -93,7 +94,9 @@ use tether_proto::jsonrpc::RequestId;
 use tether_proto::version::ProtocolVersion;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use self::wake::{RECHECK, Watchers};
+pub use self::relay::RedisRelay;
+use self::relay::RelayState;
+use self::wake::{Listener, RECHECK, Watchers};
 use super::frame;
 use super::memory::MemoryStoreConfig;
 use super::{
@@ -274,17 +277,31 @@ pub async fn open(
     .map_err(|_| connect_error(format!("no answer within {:?}", config.command_timeout)))?
     .map_err(|error| connect_error(error.to_string()))?;
 
-    let channel = format!("{}wake", config.key_prefix);
-    let pubsub = wake::subscribe(&client, &channel, config.command_timeout)
+    let wake_channel = format!("{}wake", config.key_prefix);
+    let channels = vec![
+        wake_channel.clone(),
+        relay::channel(&config.key_prefix, &config.node_id),
+    ];
+    let pubsub = wake::subscribe(&client, &channels, config.command_timeout)
         .await
         .map_err(connect_error)?;
     let watchers = Arc::new(Watchers::default());
+    let relay = Arc::new(RelayState::new(
+        config.node_id.clone(),
+        config.key_prefix.clone(),
+        conn.clone(),
+        config.command_timeout,
+    ));
     let cancel = CancellationToken::new();
     tokio::spawn(wake::run_subscriber(
         client,
-        channel,
+        channels,
         pubsub,
-        Arc::clone(&watchers),
+        Arc::new(Heard {
+            wake_channel,
+            watchers: Arc::clone(&watchers),
+            relay: Arc::clone(&relay),
+        }),
         config.command_timeout,
         cancel.clone(),
     ));
@@ -294,6 +311,7 @@ pub async fn open(
         conn,
         scripts: Scripts::new(),
         watchers,
+        relay,
         next_seqs: Mutex::default(),
         orphans: Mutex::default(),
         _stop: cancel.clone().drop_guard(),
@@ -314,6 +332,34 @@ pub async fn open(
         },
         RedisSessionStore { inner },
     ))
+}
+
+/// Routes what the subscriber hears: stream ids on the wake channel to the local waiters,
+/// the rest (this node's relay channel) to the relay.
+struct Heard {
+    wake_channel: String,
+    watchers: Arc<Watchers>,
+    relay: Arc<RelayState>,
+}
+
+impl Listener for Heard {
+    fn message(&self, channel: &str, payload: &[u8]) {
+        if channel != self.wake_channel {
+            self.relay.heard(payload);
+            return;
+        }
+        let stream = std::str::from_utf8(payload)
+            .ok()
+            .and_then(|id| StreamId::parse(id).ok());
+        if let Some(stream) = stream {
+            self.watchers.wake(stream);
+        }
+    }
+
+    fn gap(&self) {
+        // Every waiter re-checks its stream; lost relay answers are left to their timeouts.
+        self.watchers.wake_all();
+    }
 }
 
 /// Runs the retention sweep every tenth of the retention (at most [`MAX_SWEEP_PERIOD`])
@@ -386,6 +432,7 @@ struct Scripts {
     node_open: redis::Script,
     heartbeat: redis::Script,
     claim_orphans: redis::Script,
+    session_home: redis::Script,
     session_insert: redis::Script,
     session_touch: redis::Script,
     session_remove: redis::Script,
@@ -405,6 +452,7 @@ impl Scripts {
             node_open: redis::Script::new(scripts::NODE_OPEN),
             heartbeat: redis::Script::new(scripts::HEARTBEAT),
             claim_orphans: redis::Script::new(scripts::CLAIM_ORPHANS),
+            session_home: redis::Script::new(scripts::SESSION_HOME),
             session_insert: redis::Script::new(scripts::SESSION_INSERT),
             session_touch: redis::Script::new(scripts::SESSION_TOUCH),
             session_remove: redis::Script::new(scripts::SESSION_REMOVE),
@@ -419,6 +467,7 @@ struct Inner {
     conn: ConnectionManager,
     scripts: Scripts,
     watchers: Arc<Watchers>,
+    relay: Arc<RelayState>,
     /// The next seq this store expects each stream to take (see "Appends" in the module
     /// docs); a guess, corrected by the append script.
     next_seqs: Mutex<HashMap<StreamId, u64>>,
@@ -702,6 +751,15 @@ impl RedisEventStore {
     #[must_use]
     pub fn config(&self) -> &RedisStoreConfig {
         &self.inner.config
+    }
+
+    /// The node-to-node relay over this store's Redis, for a server that shares the store
+    /// with other nodes ([`Server::with_relay`](crate::server::Server::with_relay)).
+    #[must_use]
+    pub fn relay(&self) -> RedisRelay {
+        RedisRelay {
+            inner: Arc::clone(&self.inner),
+        }
     }
 }
 

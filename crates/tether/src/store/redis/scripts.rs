@@ -211,6 +211,18 @@ return {'ok'}
 "
 );
 
+/// The node recorded with stream ARGV[7] (a session's standalone stream: its home), and
+/// whether that node's lease is current (1) or not (0). Reply: node (empty if the stream is
+/// unknown), alive.
+pub(super) const SESSION_HOME: &str = concat!(
+    include_str!("prelude.lua"),
+    r"
+local node = redis.call('HGET', k_stream(ARGV[7]), 'node')
+if not node then return {'ok', '', 0} end
+return {'ok', node, redis.call('EXISTS', k_node(node))}
+"
+);
+
 /// Claims up to ARGV[8] incomplete Request streams of nodes whose lease has lapsed, for node
 /// ARGV[7] (never its own). Atomic, so concurrent callers on several nodes each get distinct
 /// streams and no stream twice. A claimed stream moves to the claimer's set and records the

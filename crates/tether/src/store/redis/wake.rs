@@ -10,6 +10,9 @@
 //! lost the task wakes every waiter (they re-check), reconnects with backoff, resubscribes and
 //! wakes everyone again, since messages published in between are lost.
 //!
+//! The same connection also listens on this node's relay channel (see `relay.rs`): the task
+//! hands every message to a [`Listener`], which routes it by channel.
+//!
 //! This module does not decide whether a wait is over: the store checks the stream.
 
 use std::collections::HashMap;
@@ -119,15 +122,25 @@ impl Drop for Registration {
     }
 }
 
-/// Subscribes to `channel` on a connection of its own, within `limit`.
+/// What the subscriber task does with what it hears.
+pub(super) trait Listener: Send + Sync + 'static {
+    /// A message arrived on `channel`.
+    fn message(&self, channel: &str, payload: &[u8]);
+    /// Messages may have been lost: the subscription dropped, or was just restored.
+    fn gap(&self);
+}
+
+/// Subscribes to `channels` on a connection of its own, within `limit`.
 pub(super) async fn subscribe(
     client: &redis::Client,
-    channel: &str,
+    channels: &[String],
     limit: Duration,
 ) -> Result<redis::aio::PubSub, String> {
     let connect = async {
         let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe(channel).await?;
+        for channel in channels {
+            pubsub.subscribe(channel).await?;
+        }
         redis::RedisResult::Ok(pubsub)
     };
     match tokio::time::timeout(limit, connect).await {
@@ -137,13 +150,13 @@ pub(super) async fn subscribe(
     }
 }
 
-/// The subscriber task: wakes the watchers of every stream id published on `channel`, and
-/// everyone when the subscription is lost or restored. Ends when `cancel` fires.
+/// The subscriber task: passes every message on `channels` to `listener`, and tells it of
+/// every gap (the subscription lost, then restored). Ends when `cancel` fires.
 pub(super) async fn run_subscriber(
     client: redis::Client,
-    channel: String,
+    channels: Vec<String>,
     first: redis::aio::PubSub,
-    watchers: Arc<Watchers>,
+    listener: Arc<dyn Listener>,
     connect_timeout: Duration,
     cancel: CancellationToken,
 ) {
@@ -156,31 +169,25 @@ pub(super) async fn run_subscriber(
                     () = cancel.cancelled() => return,
                     message = messages.next() => {
                         let Some(message) = message else { break };
-                        let stream = std::str::from_utf8(message.get_payload_bytes())
-                            .ok()
-                            .and_then(|id| StreamId::parse(id).ok());
-                        if let Some(stream) = stream {
-                            watchers.wake(stream);
-                        }
+                        listener.message(message.get_channel_name(), message.get_payload_bytes());
                     }
                 }
             }
-            tracing::warn!("redis store: wake-up subscription lost; resubscribing");
+            tracing::warn!("redis store: subscription lost; resubscribing");
         }
-        // Whatever was published while we were not listening is lost: every waiter
-        // re-checks, now and again once resubscribed.
-        watchers.wake_all();
+        // Whatever was published while we were not listening is lost.
+        listener.gap();
         let mut delay = RESUBSCRIBE_MIN_DELAY;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(delay) => {}
             }
-            match subscribe(&client, &channel, connect_timeout).await {
+            match subscribe(&client, &channels, connect_timeout).await {
                 Ok(subscribed) => {
-                    tracing::info!("redis store: wake-up subscription restored");
+                    tracing::info!("redis store: subscription restored");
                     pubsub = Some(subscribed);
-                    watchers.wake_all();
+                    listener.gap();
                     break;
                 }
                 Err(error) => {
