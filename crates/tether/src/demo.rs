@@ -13,6 +13,9 @@
 //! Handling") classes input validation errors as tool execution errors, which a model can read
 //! and correct. A request that is not a well-formed `tools/call` at all (no `name`,
 //! `arguments` not an object) or names an unknown tool is a protocol error: JSON-RPC -32602.
+//!
+//! [`conformance`] holds the second demo, `--demo conformance`: the official conformance
+//! suite's fixtures, with `count` and `echo` served by this handler.
 
 use std::time::Duration;
 
@@ -23,6 +26,8 @@ use tether_proto::jsonrpc::{
 };
 
 use crate::server::{ContextError, Handler, LogLevel, RequestContext, ServerInfo};
+
+pub mod conformance;
 
 /// Largest `n` that `count` accepts (CONTRACTS.md). Ten million events is far beyond any test
 /// or benchmark (a million already takes seconds), and the bound keeps one call from keeping a
