@@ -18,10 +18,13 @@
 //! `--store redis://HOST:PORT[/DB]` keeps everything in Redis, named by `--node-id` (default
 //! `default`, right for one node; every node of a group needs its own).
 //!
-//! Flags whose features arrive with later issues (bearer authentication, the conformance
-//! fixtures) are accepted by the parser so that `--help` shows the
-//! whole contract, and refused before anything is bound with a "not yet supported" usage
-//! error (exit 2) naming the flag.
+//! Without a gateway command it serves a built-in demo: `--demo count` (the default; tools
+//! `count` and `echo`) or `--demo conformance` (the official conformance suite's fixtures,
+//! [`tether::demo::conformance`], with `count` and `echo` too).
+//!
+//! `--auth-token-file FILE` requires `Authorization: Bearer <token>` on every request to the
+//! MCP path ([`tether::server::BearerTokens`]); an unreadable or malformed file is a usage
+//! error (exit 2), found before anything is bound.
 
 use std::{
     ffi::OsString,
@@ -35,9 +38,9 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use tether::{
-    demo::DemoHandler,
+    demo::{DemoHandler, conformance::ConformanceHandler},
     gateway::{GatewayConfig, StdioGateway},
-    server::{Handler, Server, ServerConfig},
+    server::{Authenticator, BearerTokens, Handler, Server, ServerConfig},
     store::{EventStore, SessionStore, redis, sqlite},
 };
 use tokio::{net::TcpListener, sync::oneshot};
@@ -118,8 +121,8 @@ pub(crate) struct ServeArgs {
     )]
     session_idle_secs: u64,
 
-    /// Require bearer tokens from this file: one `TOKEN` or `PRINCIPAL:TOKEN` per line (not
-    /// yet supported).
+    /// Require bearer tokens from this file: one `TOKEN` or `PRINCIPAL:TOKEN` per line; each
+    /// principal sees only its own sessions.
     #[arg(long, value_name = "FILE")]
     auth_token_file: Option<PathBuf>,
 
@@ -160,7 +163,7 @@ pub(crate) struct ServeArgs {
 enum Demo {
     /// The `count` and `echo` tools.
     Count,
-    /// The MCP conformance suite's fixtures (not yet supported).
+    /// The MCP conformance suite's fixtures, plus `count` and `echo`.
     Conformance,
 }
 
@@ -218,20 +221,15 @@ fn parse_node_id(value: &str) -> Result<String, String> {
 }
 
 impl ServeArgs {
-    /// Refuses the flags whose features have not landed, before anything is bound.
-    fn check_supported(&self) -> Result<(), UsageError> {
-        let refuse = |what: &str, arrives: &str| {
-            Err(UsageError(format!(
-                "{what} is not yet supported: it arrives with {arrives}"
-            )))
+    /// The bearer tokens of `--auth-token-file`, read before anything is bound.
+    fn authenticator(&self) -> Result<Option<Arc<dyn Authenticator>>, UsageError> {
+        let Some(path) = &self.auth_token_file else {
+            return Ok(None);
         };
-        if self.auth_token_file.is_some() {
-            return refuse("--auth-token-file", "bearer authentication");
-        }
-        if self.demo == Demo::Conformance {
-            return refuse("--demo conformance", "the conformance fixtures");
-        }
-        Ok(())
+        let tokens = BearerTokens::from_file(path)
+            .map_err(|error| UsageError(format!("--auth-token-file: {error}")))?;
+        info!(principals = ?tokens.principals(), "bearer authentication on");
+        Ok(Some(Arc::new(tokens)))
     }
 
     /// What serves the sessions: the stdio gateway when a command is given, else the demo.
@@ -251,7 +249,13 @@ impl ServeArgs {
                     format!("gateway: {shown}"),
                 )
             }
-            None => (Arc::new(DemoHandler::new()), "demo count".to_owned()),
+            None => match self.demo {
+                Demo::Count => (Arc::new(DemoHandler::new()), "demo count".to_owned()),
+                Demo::Conformance => (
+                    Arc::new(ConformanceHandler::new()),
+                    "demo conformance".to_owned(),
+                ),
+            },
         }
     }
 
@@ -275,7 +279,7 @@ impl ServeArgs {
 
 /// Runs `tether serve` to completion: 0 after a graceful shutdown.
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    args.check_supported()?;
+    let authenticator = args.authenticator()?;
     let config = args.server_config();
     let store = match args.store.clone() {
         Some(store) => store,
@@ -287,7 +291,12 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .context("starting the async runtime")?;
     let (handler, serving) = args.handler();
     let lease = Duration::from_secs(args.node_lease_secs);
-    let result = runtime.block_on(serve(&args.bind, config, &store, lease, handler, &serving));
+    let served = Served {
+        handler,
+        authenticator,
+        description: serving,
+    };
+    let result = runtime.block_on(serve(&args.bind, config, &store, lease, served));
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     result.map(|()| ExitCode::SUCCESS)
 }
@@ -334,7 +343,12 @@ async fn build_server(
             let (events, sessions) = redis::open(store)
                 .await
                 .with_context(|| format!("opening the store {url}"))?;
-            (Arc::new(events), Arc::new(sessions))
+            // Several nodes may share this Redis: each session's POSTs go to its node.
+            let relay = Arc::new(events.relay());
+            return Ok(
+                Server::new(config, handler, Arc::new(events), Arc::new(sessions))
+                    .with_relay(relay),
+            );
         }
     };
     Ok(Server::new(config, handler, events, sessions))
@@ -349,14 +363,21 @@ fn describe(spec: &StoreSpec) -> String {
     }
 }
 
+/// What answers the requests, and who may send them.
+struct Served {
+    handler: Arc<dyn Handler>,
+    authenticator: Option<Arc<dyn Authenticator>>,
+    /// How the log names the handler.
+    description: String,
+}
+
 /// Binds `bind`, announces the URL and serves until a signal stops it.
 async fn serve(
     bind: &str,
     mut config: ServerConfig,
     store: &StoreSpec,
     node_lease: Duration,
-    handler: Arc<dyn Handler>,
-    serving: &str,
+    served: Served,
 ) -> anyhow::Result<()> {
     // Before the ready line: a SIGTERM that follows it at once must take the graceful path,
     // not the default action (death by signal, no exit 0).
@@ -373,11 +394,14 @@ async fn serve(
         config.allowed_hosts = vec![ANY_HOST.to_owned()];
     }
     let url = endpoint_url(local, &config.path);
-    let server = build_server(store, config, node_lease, handler).await?;
+    let mut server = build_server(store, config, node_lease, served.handler).await?;
+    if let Some(authenticator) = served.authenticator {
+        server = server.with_authenticator(authenticator);
+    }
     // `serve` answers the requests a killed predecessor left unanswered before it accepts a
     // connection; one that arrives right after the ready line waits in the backlog.
     announce(&url)?;
-    info!(%url, store = %describe(store), serving, "tether serve ready");
+    info!(%url, store = %describe(store), serving = %served.description, "tether serve ready");
 
     let (stop, stopped) = oneshot::channel::<()>();
     let serving = server.serve(listener, async move {

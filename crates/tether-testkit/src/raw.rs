@@ -336,6 +336,7 @@ pub struct RawClient {
     protocol_version: String,
     next_id: i64,
     timeout: Duration,
+    bearer_token: Option<String>,
 }
 
 impl RawClient {
@@ -364,6 +365,7 @@ impl RawClient {
             protocol_version: PROTOCOL_VERSION.to_owned(),
             next_id: 1,
             timeout: DEFAULT_TIMEOUT,
+            bearer_token: None,
         })
     }
 
@@ -378,6 +380,13 @@ impl RawClient {
     #[must_use]
     pub fn with_protocol_version(mut self, version: &str) -> Self {
         version.clone_into(&mut self.protocol_version);
+        self
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every request from now on.
+    #[must_use]
+    pub fn with_bearer_token(mut self, token: &str) -> Self {
+        self.bearer_token = Some(token.to_owned());
         self
     }
 
@@ -413,7 +422,8 @@ impl RawClient {
 
     /// A request to the endpoint with the headers a 2025-11-25 client sends: `Host`,
     /// `Connection: close`, `Accept` for both JSON and SSE, `MCP-Protocol-Version`, and
-    /// `Mcp-Session-Id` once known; `Content-Type: application/json` on POST. Adjust it with
+    /// `Mcp-Session-Id` once known; `Content-Type: application/json` on POST; `Authorization`
+    /// when a bearer token was given. Adjust it with
     /// [`RawRequest::header`] / [`RawRequest::without_header`] for bad-input tests.
     #[must_use]
     pub fn request(&self, method: &str) -> RawRequest {
@@ -427,6 +437,9 @@ impl RawClient {
         }
         if let Some(session_id) = &self.session_id {
             request = request.header("Mcp-Session-Id", session_id);
+        }
+        if let Some(token) = &self.bearer_token {
+            request = request.header("Authorization", &format!("Bearer {token}"));
         }
         request
     }

@@ -55,7 +55,7 @@ pub enum Error {
         elapsed: Duration,
     },
     /// The server answered 401 twice, the second time after a fresh token was asked for.
-    #[error("unauthorized")]
+    #[error("unauthorized (401): the server refused the credentials, or none were sent")]
     Unauthorized,
     /// The server answered with a status the client cannot recover from.
     #[error("server answered {status}: {body}")]

@@ -2,7 +2,8 @@
 //! state they share.
 //!
 //! This module owns request validation, in a fixed order so that one request always gets the
-//! same answer: `Host`/`Origin` (403) first on every method; then for POST `Content-Type`
+//! same answer: `Host`/`Origin` (403) first on every method, then authentication (401, see
+//! [`super::auth`]); then for POST `Content-Type`
 //! (415), body size (413), `MCP-Protocol-Version` (400), the session (400/404), the body
 //! (400, parsed with the *session's* batching rule) and `Accept` (406, only when the answer
 //! has a body); for GET 405 when GET streams are off, `Accept` (406), the version, the session
@@ -50,6 +51,7 @@ use tether_proto::version::{ProtocolVersion, check_header, negotiate};
 use tokio_util::sync::CancellationToken;
 
 use super::ServerConfig;
+use super::auth::Authenticator;
 use super::context::SessionContext;
 use super::dispatch::{self, Answer, Recipient};
 use super::error::{ResumeRefusal, ServerError};
@@ -88,6 +90,8 @@ pub(crate) struct Shared {
     pub(crate) node_id: HeaderValue,
     /// How this node reaches the other nodes of a shared store, if it shares one.
     pub(crate) relay: OnceLock<Arc<dyn Relay>>,
+    /// Who requests come from; without one, everyone is [`ANONYMOUS_PRINCIPAL`].
+    pub(crate) authenticator: OnceLock<Arc<dyn Authenticator>>,
     /// Cancelled when `serve` is told to shut down: writer loops send `retry` and end.
     pub(crate) shutdown: CancellationToken,
     runtimes: Mutex<HashMap<SessionId, Arc<SessionRuntime>>>,
@@ -115,6 +119,7 @@ impl Shared {
             sessions,
             node_id,
             relay: OnceLock::new(),
+            authenticator: OnceLock::new(),
             shutdown: CancellationToken::new(),
             runtimes: Mutex::new(HashMap::new()),
             create_lock: tokio::sync::Mutex::new(()),
@@ -128,10 +133,15 @@ impl Shared {
         *lock(&self.store_tasks) = Some(start);
     }
 
-    /// The principal of a request. Authentication arrives with the security issue; until then
-    /// every request is [`ANONYMOUS_PRINCIPAL`]'s.
-    pub(crate) fn principal(&self, _parts: &Parts) -> Arc<str> {
-        Arc::from(ANONYMOUS_PRINCIPAL)
+    /// The principal of a request (see [`super::auth`]): 401 when an authenticator is set and
+    /// the request's credentials are missing or wrong.
+    pub(crate) fn principal(&self, parts: &Parts) -> Result<Arc<str>, ServerError> {
+        match self.authenticator.get() {
+            None => Ok(Arc::from(ANONYMOUS_PRINCIPAL)),
+            Some(authenticator) => authenticator
+                .authenticate(&parts.headers)
+                .ok_or(ServerError::Unauthorized),
+        }
     }
 
     /// DNS-rebinding protection, first on every method (see [`super::origin`]).
@@ -505,13 +515,13 @@ pub(crate) async fn post(
     shared.ensure_sweeper();
     let (parts, body) = request.into_parts();
     shared.check_host_origin(&parts)?;
+    let principal = shared.principal(&parts)?;
     if !header_str(&parts.headers, header::CONTENT_TYPE).is_some_and(is_json_content_type) {
         return Err(ServerError::UnsupportedMediaType);
     }
     let bytes = read_body(body, &parts.headers, shared.config.max_body_bytes).await?;
     let version_header = check_protocol_version(&parts.headers);
     let accept = accept_value(&parts.headers);
-    let principal = shared.principal(&parts);
 
     if !parts.headers.contains_key(MCP_SESSION_ID) {
         // Without a session only `initialize` is possible, and it is never batched.
@@ -657,6 +667,7 @@ pub(crate) async fn get(
     shared.ensure_sweeper();
     let (parts, _body) = request.into_parts();
     shared.check_host_origin(&parts)?;
+    let principal = shared.principal(&parts)?;
     if !shared.config.get_streams {
         return Err(ServerError::GetDisabled);
     }
@@ -667,7 +678,6 @@ pub(crate) async fn get(
         });
     }
     check_protocol_version(&parts.headers)?;
-    let principal = shared.principal(&parts);
     let runtime = shared
         .session_for_reading(&parts.headers, &principal)
         .await?;
@@ -748,8 +758,8 @@ pub(crate) async fn delete(
     shared.ensure_sweeper();
     let (parts, _body) = request.into_parts();
     shared.check_host_origin(&parts)?;
+    let principal = shared.principal(&parts)?;
     check_protocol_version(&parts.headers)?;
-    let principal = shared.principal(&parts);
     let record = shared.session_record(&parts.headers, &principal).await?;
     let id = match shared.home(&record).await? {
         // Its node stops the handler's work for it (and answers for the DELETE).

@@ -10,11 +10,12 @@
 //! Inside: `endpoint` validates requests and manages sessions, `dispatch` runs requests and
 //! routes their responses, `context` is what handlers emit through, `writer` is the one SSE
 //! writer loop, `error` maps every refusal to its status and body, `origin` is the
-//! DNS-rebinding check, `session` the per-session runtime state, `orphans` the answers to
+//! DNS-rebinding check, `auth` who a request comes from, `session` the per-session runtime state, `orphans` the answers to
 //! requests an earlier process left unanswered, `handoff` the requests for sessions another
 //! node of a shared store runs (see [`Server::with_relay`]). Stores are [`crate::store`]'s;
 //! JSON-RPC, versions, headers and ids are [`tether_proto`]'s; SSE framing is [`tether_sse`]'s.
 
+pub mod auth;
 pub mod context;
 mod dispatch;
 mod endpoint;
@@ -39,6 +40,7 @@ use tether_proto::headers::TETHER_NODE;
 use tether_proto::ids::StreamId;
 use tokio::net::TcpListener;
 
+pub use auth::{Authenticator, BearerTokens, TokenFileError};
 pub use context::{ContextError, LogLevel, RequestContext, SessionContext, UnknownLogLevel};
 pub use dispatch::CANCEL_GRACE;
 pub use error::{ResumeRefusal, ServerError};
@@ -232,6 +234,22 @@ impl Server {
         assert!(
             self.shared.relay.set(relay).is_ok(),
             "Server::with_relay called twice"
+        );
+        self
+    }
+
+    /// Authenticates every request on the MCP path with `authenticator` (see [`auth`]):
+    /// requests without valid credentials get 401, and each session and its streams belong
+    /// to the principal that created it.
+    ///
+    /// # Panics
+    ///
+    /// If an authenticator was already set.
+    #[must_use]
+    pub fn with_authenticator(self, authenticator: Arc<dyn Authenticator>) -> Self {
+        assert!(
+            self.shared.authenticator.set(authenticator).is_ok(),
+            "Server::with_authenticator called twice"
         );
         self
     }
