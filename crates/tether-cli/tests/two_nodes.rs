@@ -3,14 +3,23 @@
 //! `Tether-Node` header proves which node answered) and receives the rest of the stream,
 //! following it live while A is still producing, each event once and in order; a POST for
 //! the same session sent to node B is served; and when node A dies, node B answers the call
-//! A was running, on the stream B serves, after A's lease.
+//! A was running, on the stream B serves, after A's lease, and the session with 404 after.
+//!
+//! With a stdio server behind the nodes (`tether serve -- CMD`), whose child process for a
+//! session lives only on the node that created it, the POSTs that node B receives for that
+//! session are handed to node A: the call runs in A's child, a server→client request from it
+//! reaches the client through B and the client's answer, POSTed to B, reaches the child; a
+//! DELETE sent to B ends the session and A's child.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use serde_json::{Value, json};
+use tempfile::TempDir;
 use tether::server::SERVER_RESTARTED_REASON;
-use tether_testkit::launcher::{ServerProcess, ServerSpec};
+use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec, wait_pids_gone};
+use tether_testkit::peers::python;
 use tether_testkit::raw::{RawClient, RawResponse, SseEvent};
 use tether_testkit::redis::RedisServer;
 
@@ -22,8 +31,16 @@ const READ_ON_A: usize = 10;
 const LEASE_SECS: u64 = 2;
 
 async fn node(redis: &RedisServer, name: &str) -> anyhow::Result<ServerProcess> {
+    Ok(node_spec(redis, name)?.start().await?)
+}
+
+fn node_spec(redis: &RedisServer, name: &str) -> anyhow::Result<ServerSpec> {
     Ok(ServerSpec::tether_serve()?
+        // Before any `-- CMD`, which takes the rest of the command line.
+        .bind_arg(BindArg::Placeholders)
         .args([
+            "--bind",
+            "{bind}",
             "--store",
             &redis.url(),
             "--node-id",
@@ -32,7 +49,23 @@ async fn node(redis: &RedisServer, name: &str) -> anyhow::Result<ServerProcess> 
             "100",
             "--node-lease-secs",
             &LEASE_SECS.to_string(),
-        ])
+        ]))
+}
+
+/// A node in front of the stdio fixture in mode `ask`, whose children write their pid to
+/// `<dir>/pid`.
+async fn gateway_node(
+    redis: &RedisServer,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<ServerProcess> {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stdio_child.py");
+    Ok(node_spec(redis, name)?
+        .arg("--")
+        .arg(python()?)
+        .arg(fixture)
+        .arg("ask")
+        .arg(dir.join("pid"))
         .start()
         .await?)
 }
@@ -148,7 +181,7 @@ async fn when_a_node_dies_another_answers_its_open_call_after_the_lease() -> any
     let redis = RedisServer::start().await?;
     let mut a = node(&redis, "node-a").await?;
     let mut b = node(&redis, "node-b").await?;
-    let (id, _on_b, mut resumed) =
+    let (id, mut on_b, mut resumed) =
         cut_on_a_resume_on_b(&a, &b, json!({"n": 100_000, "interval_ms": 20}), READ).await?;
     // B is following A's production live before A dies.
     let mut events = resumed.read_events(1).await?;
@@ -181,6 +214,136 @@ async fn when_a_node_dies_another_answers_its_open_call_after_the_lease() -> any
         took >= Duration::from_secs(LEASE_SECS) / 2,
         "not before A's lease ran out ({took:?})"
     );
+    // The session's handler state died with A: B answers it with 404, and the client starts
+    // a new session, which B serves.
+    let (_, refused) = on_b.call_tool("count", json!({"n": 1}), None).await?;
+    ensure!(
+        refused.status() == 404,
+        "a dead node's session: {}",
+        refused.status()
+    );
+    let mut fresh = RawClient::new(b.url())?.with_timeout(Duration::from_secs(30));
+    fresh.initialize().await?;
+    let (id, mut response) = fresh.call_tool("count", json!({"n": 2}), None).await?;
+    let answer = response.read_until_response(id).await?.context("answer")?;
+    ensure!(
+        answer["result"]["content"][0]["text"] == json!("counted 2"),
+        "{answer}"
+    );
+    b.terminate().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_session_is_served_through_the_node_that_does_not_run_it() -> anyhow::Result<()> {
+    let redis = RedisServer::start().await?;
+    let (dir_a, dir_b) = (TempDir::new()?, TempDir::new()?);
+    let mut a = gateway_node(&redis, "node-a", dir_a.path()).await?;
+    let mut b = gateway_node(&redis, "node-b", dir_b.path()).await?;
+    let mut on_a = RawClient::new(a.url())?.with_timeout(Duration::from_secs(30));
+    on_a.initialize().await?;
+    let child = std::fs::read_to_string(dir_a.path().join("pid"))?
+        .trim()
+        .parse::<u32>()?;
+
+    let mut on_b = RawClient::new(b.url())?.with_timeout(Duration::from_secs(30));
+    on_b.set_session_id(on_a.session_id().map(str::to_owned));
+    let (id, mut response) = on_b.call_tool("ask", json!({}), None).await?;
+    ensure!(response.status() == 200, "POST on B: {}", response.status());
+    ensure!(response.header("tether-node") == Some("node-b"));
+    let request = loop {
+        let event = response.next_event().await?.context("the stream ended")?;
+        if let Some(message) = event.json()?
+            && message["method"] == json!("roots/list")
+        {
+            break message;
+        }
+    };
+    let roots = json!({"roots": [{"uri": "file:///tmp/two-nodes", "name": "two"}]});
+    let posted = on_b
+        .post(&json!({"jsonrpc": "2.0", "id": request["id"], "result": roots}))
+        .await?;
+    ensure!(posted.status() == 202, "answer on B: {}", posted.status());
+    let answer = response
+        .read_until_response(id)
+        .await?
+        .context("the call's answer")?;
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .with_context(|| format!("a text answer: {answer}"))?;
+    ensure!(
+        serde_json::from_str::<Value>(text)? == roots,
+        "A's child got the answer posted to B: {text}"
+    );
+    ensure!(
+        !dir_b.path().join("pid").exists(),
+        "B never started a child for A's session"
+    );
+
+    let deleted = on_b.delete_session().await?;
+    ensure!(deleted.status == 200, "DELETE on B: {}", deleted.status);
+    ensure!(
+        wait_pids_gone(&[child], Duration::from_secs(10))
+            .await
+            .is_empty(),
+        "A stopped the session's child"
+    );
+    let (_, gone) = on_a.call_tool("ask", json!({}), None).await?;
+    ensure!(
+        gone.status() == 404,
+        "deleted everywhere: {}",
+        gone.status()
+    );
+    a.terminate().await?;
+    b.terminate().await?;
+    Ok(())
+}
+
+/// With `--json-response`, a call POSTed to B for A's session runs on A; B answers with the
+/// JSON response, and the call's progress reaches the session's standalone stream, which B
+/// serves too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_answer_is_collected_by_the_node_that_received_the_call() -> anyhow::Result<()> {
+    let redis = RedisServer::start().await?;
+    let mut a = node_spec(&redis, "node-a")?
+        .arg("--json-response")
+        .start()
+        .await?;
+    let mut b = node_spec(&redis, "node-b")?
+        .arg("--json-response")
+        .start()
+        .await?;
+    let mut on_a = RawClient::new(a.url())?.with_timeout(Duration::from_secs(30));
+    on_a.initialize().await?;
+    let mut on_b = RawClient::new(b.url())?.with_timeout(Duration::from_secs(30));
+    on_b.set_session_id(on_a.session_id().map(str::to_owned));
+    let mut standalone = on_b.open_get_stream().await?;
+    ensure!(
+        standalone.status() == 200,
+        "GET on B: {}",
+        standalone.status()
+    );
+
+    let (id, response) = on_b
+        .call_tool("count", json!({"n": 3}), Some(json!("json")))
+        .await?;
+    ensure!(response.status() == 200, "POST on B: {}", response.status());
+    ensure!(response.header("tether-node") == Some("node-b"));
+    let answer = response.read_to_end().await?.json()?;
+    ensure!(answer["id"] == json!(id), "{answer}");
+    ensure!(
+        answer["result"]["content"][0]["text"] == json!("counted 3"),
+        "{answer}"
+    );
+    let mut progress = Vec::new();
+    while progress.len() < 3 {
+        let event = standalone.next_event().await?.context("standalone ended")?;
+        if let Some(message) = event.json()? {
+            progress.push(message["params"]["progress"].clone());
+        }
+    }
+    ensure!(progress == [json!(1), json!(2), json!(3)], "{progress:?}");
+    a.terminate().await?;
     b.terminate().await?;
     Ok(())
 }
