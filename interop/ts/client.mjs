@@ -3,12 +3,18 @@
 // `--tool` says otherwise) with a progress callback and prints one JSON line per received
 // progress notification (`{"progress": p, "total": t}`) or log message (`{"log": data}`),
 // then the result (`{"result": CallToolResult}`). The SDK resumes a cut stream with GET +
-// Last-Event-ID by itself. Exits 0 on success, 1 if the tool failed, 2 on any other error.
+// Last-Event-ID by itself. Exits 0 on success, 1 if the tool failed, 2 on any other error
+// (a DELETE answered with an error status included).
+//
+// `--list-tools` calls `tools/list` after initialize and prints `{"tools": [names...]}`
+// before anything else. The session always ends with DELETE (`terminateSession()`) after
+// the call; `--terminate` also prints `{"terminated": "<session id>", "status": <DELETE's
+// HTTP status>}` after the result, so a test can check that the id is gone.
 //
 // The tool's arguments are `{"n": N, "interval_ms": MS}` (what `count` takes) unless
 // `--arguments JSON` replaces them; N may then be omitted, and is ignored if given.
 // Usage: node client.mjs URL [N] [--interval-ms MS] [--no-progress] [--tool NAME]
-//        [--arguments JSON]
+//        [--arguments JSON] [--list-tools] [--terminate]
 import { parseArgs } from 'node:util';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -22,6 +28,8 @@ const { values: opts, positionals } = parseArgs({
     'no-progress': { type: 'boolean', default: false },
     tool: { type: 'string', default: 'count' },
     arguments: { type: 'string' },
+    'list-tools': { type: 'boolean', default: false },
+    terminate: { type: 'boolean', default: false },
   },
 });
 const [url, n] = positionals;
@@ -46,7 +54,17 @@ if (opts.arguments !== undefined) {
 }
 const emit = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
 
+// The status of the DELETE that terminateSession() sends (the SDK only throws on errors
+// other than 405, and does not say which status it got).
+let deleteStatus;
+const watchingFetch = async (input, init) => {
+  const response = await fetch(input, init);
+  if (init?.method === 'DELETE') deleteStatus = response.status;
+  return response;
+};
+
 const transport = new StreamableHTTPClientTransport(new URL(url), {
+  ...(opts.terminate ? { fetch: watchingFetch } : {}),
   reconnectionOptions: {
     initialReconnectionDelay: 200,
     maxReconnectionDelay: 2000,
@@ -59,6 +77,10 @@ client.setNotificationHandler(LoggingMessageNotificationSchema, (note) => emit({
 
 try {
   await client.connect(transport);
+  if (opts['list-tools']) {
+    const { tools } = await client.listTools();
+    emit({ tools: tools.map((tool) => tool.name) });
+  }
   const result = await client.callTool(
     { name: opts.tool, arguments: toolArguments },
     undefined,
@@ -68,7 +90,11 @@ try {
     },
   );
   emit({ result });
+  const sessionId = transport.sessionId;
   await transport.terminateSession();
+  if (opts.terminate) {
+    emit({ terminated: sessionId ?? null, status: deleteStatus ?? null });
+  }
   await client.close();
   process.exit(result.isError ? 1 : 0);
 } catch (error) {

@@ -273,7 +273,10 @@ pub fn python_server() -> anyhow::Result<ServerSpec> {
 /// JSON lines (`{"progress": p, "total": t}`, `{"log": data}`, `{"result": …}`). Extra
 /// flags: `--interval-ms MS`, `--no-progress`, and `--tool NAME` with `--arguments JSON` to
 /// call another tool (the arguments then replace `{"n": N, "interval_ms": MS}`, and `N` is
-/// ignored).
+/// ignored). `--list-tools` calls `tools/list` after `initialize` and prints
+/// `{"tools": [names…]}` first; `--terminate` prints `{"terminated": "<session id>",
+/// "status": <HTTP status>}` last, once the DELETE that the SDK sends on close is answered
+/// (the client sends that DELETE with or without the flag).
 ///
 /// The SDK resumes a cut stream correctly once; when the resumed stream breaks too, it
 /// resumes again from the first cursor, so the events in between arrive twice. Cut each
@@ -299,7 +302,9 @@ pub fn ts_server() -> anyhow::Result<ServerSpec> {
 
 /// `interop/ts/client.mjs URL N`: calls `count` with the TypeScript SDK client and prints
 /// the same JSON lines as [`python_client`]. Extra flags: `--interval-ms MS`,
-/// `--no-progress`, and `--tool NAME` with `--arguments JSON` as for [`python_client`].
+/// `--no-progress`, `--tool NAME` with `--arguments JSON`, `--list-tools` and `--terminate`
+/// as for [`python_client`] (it ends the session with `terminateSession()`, with or without
+/// `--terminate`).
 ///
 /// It resumes every cut stream (up to 5 failed reconnects in a row), so it survives several
 /// cuts of one call.
