@@ -6,6 +6,7 @@
 //! 4 session expired). Each subcommand lives in its own module and calls the library.
 
 mod call;
+mod conformance_client;
 mod connect;
 mod remote;
 mod serve;
@@ -36,6 +37,9 @@ enum Command {
     Connect(Box<connect::ConnectArgs>),
     /// Measure tether against its peers.
     Bench(Passthrough),
+    /// Play the client side of one conformance-suite scenario (`MCP_CONFORMANCE_SCENARIO`).
+    #[command(hide = true)]
+    ConformanceClient(conformance_client::ConformanceClientArgs),
 }
 
 /// Arguments of a subcommand that has not landed yet, accepted so that the error says which.
@@ -86,6 +90,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Connect(args) => {
             init_logging("warn");
             return connect::run(*args);
+        }
+        Command::ConformanceClient(args) => {
+            init_logging("warn");
+            return conformance_client::run(args);
         }
         Command::Bench(_) => "bench",
     };

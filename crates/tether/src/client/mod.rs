@@ -241,6 +241,14 @@ pub enum ClientEvent {
         /// Consecutive failed attempts so far.
         failures: u32,
     },
+    /// A stream's GET (the standalone stream's connection, or a resume) was answered with an
+    /// event stream: from now on the server can deliver on it. Some servers (the TypeScript
+    /// SDK's without an event store) drop the messages they send unrelated to a request while
+    /// no standalone stream is open, so an application about to provoke one waits for this.
+    Connected {
+        /// The request whose stream it is; `None` for the standalone stream.
+        request_id: Option<RequestId>,
+    },
 }
 
 /// A subscription to [`ClientEvent`]s.

@@ -481,6 +481,9 @@ impl Driver {
         match classify_response(status, content_type) {
             ResponseAction::ReadStream => {
                 self.machine.on_connected(now);
+                self.inner.emit(super::ClientEvent::Connected {
+                    request_id: self.request_id.clone(),
+                });
                 Some(Conn::new(response))
             }
             ResponseAction::StopReconnecting => {
