@@ -43,7 +43,7 @@ use tether_proto::headers::{
     self, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, ResponseKind, is_json_content_type,
     parse_last_event_id, server_accepts,
 };
-use tether_proto::ids::SessionId;
+use tether_proto::ids::{EventId, SessionId};
 use tether_proto::jsonrpc::{
     Batching, Body as RpcBody, Message, Request as RpcRequest, Response as RpcResponse, parse_body,
 };
@@ -57,14 +57,15 @@ use super::dispatch::{self, Answer, Recipient};
 use super::error::{ResumeRefusal, ServerError};
 use super::handler::Handler;
 use super::handoff;
+use super::metrics::{MeteredEvents, Metrics, ResumeOutcome};
 use super::origin::{host_allowed, origin_allowed};
 use super::session::SessionRuntime;
 use super::writer::{Pacing, READ_BATCH, Start, Writer};
 use crate::lock;
 use crate::store::relay::{Relay, SessionHome};
 use crate::store::{
-    ANONYMOUS_PRINCIPAL, EventStore, SessionRecord, SessionStore, StoreError, StreamKind,
-    StreamOwner,
+    ANONYMOUS_PRINCIPAL, EventStore, ReadBatch, SessionRecord, SessionStore, StoreError,
+    StreamKind, StreamOwner,
 };
 
 /// The sweeper looks for idle sessions this often relative to `session_idle`, so a session
@@ -90,6 +91,8 @@ pub(crate) struct Shared {
     pub(crate) node_id: HeaderValue,
     /// How this node reaches the other nodes of a shared store, if it shares one.
     pub(crate) relay: OnceLock<Arc<dyn Relay>>,
+    /// What operators see (`/metrics`).
+    pub(crate) metrics: Arc<Metrics>,
     /// Who requests come from; without one, everyone is [`ANONYMOUS_PRINCIPAL`].
     pub(crate) authenticator: OnceLock<Arc<dyn Authenticator>>,
     /// Cancelled when `serve` is told to shut down: writer loops send `retry` and end.
@@ -112,11 +115,18 @@ impl Shared {
         sessions: Arc<dyn SessionStore>,
         node_id: HeaderValue,
     ) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        // Every append, whichever path makes it, is counted.
+        let events = Arc::new(MeteredEvents {
+            inner: events,
+            metrics: Arc::clone(&metrics),
+        });
         Self {
             config,
             handler,
             events,
             sessions,
+            metrics,
             node_id,
             relay: OnceLock::new(),
             authenticator: OnceLock::new(),
@@ -269,6 +279,11 @@ impl Shared {
         }
     }
 
+    /// The sessions this node holds runtime state for.
+    pub(crate) fn local_session_ids(&self) -> Vec<SessionId> {
+        lock(&self.runtimes).keys().cloned().collect()
+    }
+
     /// The HTTP answer to an accepted POST.
     pub(crate) fn respond(&self, runtime: &Arc<SessionRuntime>, answer: Answer) -> Response {
         match answer {
@@ -379,8 +394,9 @@ impl Shared {
     /// Answers the streams the store reports orphaned since the last look (with a shared
     /// store, those of a node whose lease ran out).
     async fn answer_orphans(&self) {
-        if let Err(error) = super::orphans::answer_orphans(&*self.events).await {
-            tracing::warn!(%error, "looking for orphaned streams failed");
+        match super::orphans::answer_orphans(&*self.events).await {
+            Ok(report) => self.metrics.orphans_answered(report.requests as u64),
+            Err(error) => tracing::warn!(%error, "looking for orphaned streams failed"),
         }
     }
 
@@ -432,7 +448,14 @@ impl Shared {
             keepalive: self.config.keepalive,
             poll_after: self.config.poll_after,
         };
-        Writer::new(runtime, stream, start, pacing, self.shutdown.clone())
+        Writer::new(
+            runtime,
+            stream,
+            start,
+            pacing,
+            self.shutdown.clone(),
+            &self.metrics,
+        )
     }
 }
 
@@ -691,24 +714,16 @@ pub(crate) async fn get(
             .writer(&runtime, runtime.standalone(), start)
             .into_response(None));
     };
-    let id = last_event_id
-        .to_str()
-        .ok()
-        .and_then(|v| parse_last_event_id(v).ok())
-        .ok_or(ServerError::ResumeRefused(ResumeRefusal::Malformed))?;
-    // Read once before answering: an unusable id must be a 400, never a 200 with an empty or
-    // partial stream (DESIGN.md property 2).
-    let first = shared
-        .events
-        .read_after(runtime.owner(), id.stream, id.seq, READ_BATCH)
-        .await
-        .map_err(resume_error)?;
-    if first.events.is_empty() && !was_issued(&shared, &runtime, id).await? {
-        // A seq past the stream's end was never sent: answering 200 would wait for events
-        // the client then never sees numbered as it expects (or end at once on a complete
-        // stream), a silent gap either way.
-        return Err(ServerError::ResumeRefused(ResumeRefusal::Unknown));
-    }
+    let (id, first) = match first_resumed_batch(&shared, &runtime, last_event_id).await {
+        Ok(found) => found,
+        Err(error) => {
+            if let ServerError::ResumeRefused(refusal) = &error {
+                shared.metrics.resume((*refusal).into());
+            }
+            return Err(error);
+        }
+    };
+    shared.metrics.resume(ResumeOutcome::Ok);
     tracing::debug!(session = %runtime.record().id, stream = %id.stream, seq = id.seq, "resume");
     let start = Start::Resume {
         cursor: id.seq,
@@ -717,6 +732,33 @@ pub(crate) async fn get(
     Ok(shared
         .writer(&runtime, id.stream, start)
         .into_response(None))
+}
+
+/// The event id of a resume and the batch after it, read once before answering: an unusable
+/// id must be a 400, never a 200 with an empty or partial stream (DESIGN.md property 2). On
+/// failure, the refusal.
+async fn first_resumed_batch(
+    shared: &Shared,
+    runtime: &SessionRuntime,
+    last_event_id: &HeaderValue,
+) -> Result<(EventId, ReadBatch), ServerError> {
+    let id = last_event_id
+        .to_str()
+        .ok()
+        .and_then(|v| parse_last_event_id(v).ok())
+        .ok_or(ServerError::ResumeRefused(ResumeRefusal::Malformed))?;
+    let first = shared
+        .events
+        .read_after(runtime.owner(), id.stream, id.seq, READ_BATCH)
+        .await
+        .map_err(resume_error)?;
+    if first.events.is_empty() && !was_issued(shared, runtime, id).await? {
+        // A seq past the stream's end was never sent: answering 200 would wait for events
+        // the client then never sees numbered as it expects (or end at once on a complete
+        // stream), a silent gap either way.
+        return Err(ServerError::ResumeRefused(ResumeRefusal::Unknown));
+    }
+    Ok((id, first))
 }
 
 /// How a store error on a resume's first read is answered (CONTRACTS.md `Last-Event-ID` row).

@@ -10,7 +10,7 @@
 //! Inside: `endpoint` validates requests and manages sessions, `dispatch` runs requests and
 //! routes their responses, `context` is what handlers emit through, `writer` is the one SSE
 //! writer loop, `error` maps every refusal to its status and body, `origin` is the
-//! DNS-rebinding check, `auth` who a request comes from, `session` the per-session runtime state, `orphans` the answers to
+//! DNS-rebinding check, `auth` who a request comes from, `metrics` what operators see, `session` the per-session runtime state, `orphans` the answers to
 //! requests an earlier process left unanswered, `handoff` the requests for sessions another
 //! node of a shared store runs (see [`Server::with_relay`]). Stores are [`crate::store`]'s;
 //! JSON-RPC, versions, headers and ids are [`tether_proto`]'s; SSE framing is [`tether_sse`]'s.
@@ -22,6 +22,7 @@ mod endpoint;
 pub mod error;
 pub mod handler;
 mod handoff;
+mod metrics;
 mod origin;
 mod orphans;
 mod session;
@@ -58,6 +59,9 @@ pub const DEFAULT_PATH: &str = "/mcp";
 
 /// The health check's path.
 pub const HEALTHZ_PATH: &str = "/healthz";
+
+/// The metrics path (Prometheus / OpenMetrics text; see the `metrics` module).
+pub const METRICS_PATH: &str = "/metrics";
 
 /// Default `retry` sent with priming events and before the server closes a connection: one
 /// second brings a client back quickly after a restart without a reconnect storm, and equals
@@ -306,11 +310,13 @@ impl Server {
     ///
     /// [`serve`]: Self::serve
     pub async fn answer_orphans(&self) -> Result<OrphanReport, StoreError> {
-        orphans::answer_orphans(&*self.shared.events).await
+        let report = orphans::answer_orphans(&*self.shared.events).await?;
+        self.shared.metrics.orphans_answered(report.requests as u64);
+        Ok(report)
     }
 
-    /// The endpoint as an axum router: POST, GET and DELETE on the configured path and
-    /// `GET /healthz`, every response carrying `Tether-Node`. Mount it in an application's
+    /// The endpoint as an axum router: POST, GET and DELETE on the configured path,
+    /// `GET /healthz` and `GET /metrics`, every response carrying `Tether-Node`. Mount it in an application's
     /// router with `Router::merge`, or use it directly as a tower `Service`.
     ///
     /// The idle-session sweeper starts with the first request. Routers made from one server
@@ -321,14 +327,20 @@ impl Server {
             response.headers_mut().insert(TETHER_NODE, node_id.clone());
             response
         };
+        let counted = axum::middleware::from_fn_with_state(
+            Arc::clone(&self.shared),
+            metrics::count_responses,
+        );
         Router::new()
             .route(
                 &self.shared.config.path,
                 post(endpoint::post)
                     .get(endpoint::get)
-                    .delete(endpoint::delete),
+                    .delete(endpoint::delete)
+                    .layer(counted),
             )
             .route(HEALTHZ_PATH, get(endpoint::healthz))
+            .route(METRICS_PATH, get(metrics::scrape))
             .with_state(Arc::clone(&self.shared))
             .layer(tower::util::MapResponseLayer::new(add_node))
     }

@@ -45,6 +45,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use super::metrics::{ConnectionKind, Metrics, OpenStream};
 use super::session::{ConnectionGuard, SessionRuntime};
 use crate::store::{ReadBatch, StoreError};
 
@@ -124,6 +125,9 @@ pub(crate) struct Writer {
     connection: ConnectionGuard,
     shutdown: CancellationToken,
     finished: bool,
+    metrics: Arc<Metrics>,
+    kind: ConnectionKind,
+    _open: OpenStream,
 }
 
 impl Writer {
@@ -135,7 +139,12 @@ impl Writer {
         start: Start,
         pacing: Pacing,
         shutdown: CancellationToken,
+        metrics: &Arc<Metrics>,
     ) -> Self {
+        let kind = match start {
+            Start::Fresh { .. } => ConnectionKind::Fresh,
+            Start::Resume { .. } => ConnectionKind::Resume,
+        };
         let send_priming = runtime.version().sends_priming_events();
         let retry_ms = millis(pacing.retry);
         let (cursor, first, priming, from_start) = match start {
@@ -177,6 +186,9 @@ impl Writer {
             connection: runtime.connect(stream),
             shutdown,
             finished: false,
+            metrics: Arc::clone(metrics),
+            kind,
+            _open: metrics.open_stream(),
         }
     }
 
@@ -261,13 +273,18 @@ impl Writer {
             };
             let read_any = !batch.events.is_empty();
             let mut chunk = BytesMut::new();
+            let mut written = 0;
             for event in &batch.events {
                 self.cursor = event.id.seq;
                 if event.is_priming() && !self.send_priming {
                     continue;
                 }
                 chunk.extend_from_slice(&event.frame);
+                written += 1;
                 self.sent_id = true;
+            }
+            if written > 0 {
+                self.metrics.event_sent(self.kind, written);
             }
             if read_any {
                 tracing::debug!(

@@ -1,0 +1,372 @@
+//! What operators see of a server: its counters and gauges, and `GET /metrics`, which serves
+//! them in the Prometheus / OpenMetrics text format.
+//!
+//! Each server has a registry of its own (no process-wide recorder), so several servers in one
+//! process, as in tests, do not mix their numbers. Counters are bumped where the thing happens:
+//! appends in [`MeteredEvents`] (every path that stores an event goes through it), sends and
+//! open streams in the writer loop, resume outcomes in the GET handler, answers by method and
+//! status in a router layer. Gauges that are cheaper to compute than to maintain (sessions,
+//! retained events and bytes of the sessions this node serves) are computed when scraped.
+//! `/metrics` needs the same credentials as the MCP endpoint when authentication is on.
+//!
+//! Names (all prefixed `tether_`): `events_appended_total`, `event_bytes_appended_total`,
+//! `events_sent_total{connection="fresh"|"resume"}`, `resumes_total{outcome="ok"|"malformed"|
+//! "unknown"|"expired"}`, `responses_total{method,status}`, `orphaned_requests_answered_total`,
+//! `open_streams`, `sessions` (this node's), `sessions_stored` (the store's, all nodes),
+//! `retained_events` and `retained_bytes` (of this node's sessions).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, header};
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tether_proto::ids::{EventId, SessionId, StreamId};
+use tether_proto::jsonrpc::RequestId;
+
+use super::endpoint::Shared;
+use super::error::{ResumeRefusal, ServerError};
+use crate::store::{
+    EventStore, OrphanedStream, ReadBatch, SessionUsage, StoreError, StreamKind, StreamOwner,
+};
+
+/// The content type of the OpenMetrics text format.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What kind of connection an event went out on.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub(crate) enum ConnectionKind {
+    /// A POST's stream or a fresh GET.
+    Fresh,
+    /// A GET with `Last-Event-ID`.
+    Resume,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConnectionLabels {
+    connection: ConnectionKind,
+}
+
+/// How a resume request ended.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub(crate) enum ResumeOutcome {
+    /// Served.
+    Ok,
+    /// Refused: not an event id.
+    Malformed,
+    /// Refused: no such stream for this session.
+    Unknown,
+    /// Refused: the events after it are gone.
+    Expired,
+}
+
+/// Label values in Prometheus's lower-case style.
+impl EncodeLabelValue for ConnectionKind {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(match self {
+            Self::Fresh => "fresh",
+            Self::Resume => "resume",
+        })
+    }
+}
+
+impl EncodeLabelValue for ResumeOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(match self {
+            Self::Ok => "ok",
+            Self::Malformed => ResumeRefusal::Malformed.as_str(),
+            Self::Unknown => ResumeRefusal::Unknown.as_str(),
+            Self::Expired => ResumeRefusal::Expired.as_str(),
+        })
+    }
+}
+
+impl From<ResumeRefusal> for ResumeOutcome {
+    fn from(refusal: ResumeRefusal) -> Self {
+        match refusal {
+            ResumeRefusal::Malformed => Self::Malformed,
+            ResumeRefusal::Unknown => Self::Unknown,
+            ResumeRefusal::Expired => Self::Expired,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: ResumeOutcome,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResponseLabels {
+    method: String,
+    status: u16,
+}
+
+/// A server's metrics.
+pub(crate) struct Metrics {
+    registry: Registry,
+    events_appended: Counter,
+    bytes_appended: Counter,
+    events_sent: Family<ConnectionLabels, Counter>,
+    resumes: Family<OutcomeLabels, Counter>,
+    responses: Family<ResponseLabels, Counter>,
+    orphans_answered: Counter,
+    open_streams: Gauge,
+    sessions: Gauge,
+    sessions_stored: Gauge,
+    retained_events: Gauge,
+    retained_bytes: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("tether");
+        let metrics = Self {
+            events_appended: Counter::default(),
+            bytes_appended: Counter::default(),
+            events_sent: Family::default(),
+            resumes: Family::default(),
+            responses: Family::default(),
+            orphans_answered: Counter::default(),
+            open_streams: Gauge::default(),
+            sessions: Gauge::default(),
+            sessions_stored: Gauge::default(),
+            retained_events: Gauge::default(),
+            retained_bytes: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "events_appended",
+            "Events stored (each is stored before it is sent)",
+            metrics.events_appended.clone(),
+        );
+        registry.register(
+            "event_bytes_appended",
+            "Bytes of SSE frames stored",
+            metrics.bytes_appended.clone(),
+        );
+        registry.register(
+            "events_sent",
+            "Events written to connections, by the kind of connection",
+            metrics.events_sent.clone(),
+        );
+        registry.register(
+            "resumes",
+            "GET requests with Last-Event-ID, by outcome",
+            metrics.resumes.clone(),
+        );
+        registry.register(
+            "responses",
+            "Answers on the MCP path, by method and status",
+            metrics.responses.clone(),
+        );
+        registry.register(
+            "orphaned_requests_answered",
+            "Requests a dead process left unanswered, answered with an error",
+            metrics.orphans_answered.clone(),
+        );
+        registry.register(
+            "open_streams",
+            "SSE connections open",
+            metrics.open_streams.clone(),
+        );
+        registry.register(
+            "sessions",
+            "Sessions this node holds state for",
+            metrics.sessions.clone(),
+        );
+        registry.register(
+            "sessions_stored",
+            "Sessions in the session store (all nodes sharing it)",
+            metrics.sessions_stored.clone(),
+        );
+        registry.register(
+            "retained_events",
+            "Events retained for the sessions this node holds",
+            metrics.retained_events.clone(),
+        );
+        registry.register(
+            "retained_bytes",
+            "Bytes retained for the sessions this node holds",
+            metrics.retained_bytes.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+}
+
+impl Metrics {
+    pub(crate) fn event_sent(&self, connection: ConnectionKind, events: u64) {
+        self.events_sent
+            .get_or_create(&ConnectionLabels { connection })
+            .inc_by(events);
+    }
+
+    pub(crate) fn resume(&self, outcome: ResumeOutcome) {
+        self.resumes.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    pub(crate) fn orphans_answered(&self, requests: u64) {
+        self.orphans_answered.inc_by(requests);
+    }
+
+    /// Counts an open SSE connection until the guard is dropped.
+    pub(crate) fn open_stream(self: &Arc<Self>) -> OpenStream {
+        self.open_streams.inc();
+        OpenStream(Arc::clone(self))
+    }
+}
+
+/// An SSE connection counted in `open_streams`.
+pub(crate) struct OpenStream(Arc<Metrics>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.open_streams.dec();
+    }
+}
+
+/// Counts every answer on the MCP path by method and status (a router layer).
+pub(crate) async fn count_responses(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().as_str().to_owned();
+    let response = next.run(request).await;
+    shared
+        .metrics
+        .responses
+        .get_or_create(&ResponseLabels {
+            method,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
+}
+
+/// `GET /metrics`.
+pub(crate) async fn scrape(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+) -> Result<Response, ServerError> {
+    let (parts, _) = request.into_parts();
+    shared.principal(&parts)?;
+    let metrics = &shared.metrics;
+    let sessions = shared.local_session_ids();
+    metrics.sessions.set(gauge_value(sessions.len() as u64));
+    if let Ok(stored) = shared.sessions.count().await {
+        metrics.sessions_stored.set(gauge_value(stored as u64));
+    }
+    let mut retained = SessionUsage::default();
+    for id in &sessions {
+        if let Ok(usage) = shared.events.usage(id).await {
+            retained.events += usage.events;
+            retained.bytes += usage.bytes;
+        }
+    }
+    metrics
+        .retained_events
+        .set(gauge_value(retained.events as u64));
+    metrics
+        .retained_bytes
+        .set(gauge_value(retained.bytes as u64));
+    let mut body = String::new();
+    prometheus_client::encoding::text::encode(&mut body, &metrics.registry)
+        .expect("writing to a String cannot fail");
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(OPENMETRICS));
+    Ok(response)
+}
+
+fn gauge_value(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The event store as the server uses it: every append counted.
+pub(crate) struct MeteredEvents {
+    pub(crate) inner: Arc<dyn EventStore>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+#[async_trait]
+impl EventStore for MeteredEvents {
+    async fn create_stream(
+        &self,
+        owner: &StreamOwner,
+        kind: StreamKind,
+        retry: std::time::Duration,
+        requests: &[RequestId],
+    ) -> Result<StreamId, StoreError> {
+        let stream = self
+            .inner
+            .create_stream(owner, kind, retry, requests)
+            .await?;
+        // The priming event.
+        self.metrics.events_appended.inc();
+        Ok(stream)
+    }
+
+    async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError> {
+        let id = self.inner.append(stream, message).await?;
+        self.metrics.events_appended.inc();
+        self.metrics.bytes_appended.inc_by(message.len() as u64);
+        Ok(id)
+    }
+
+    async fn complete(&self, stream: StreamId) -> Result<(), StoreError> {
+        self.inner.complete(stream).await
+    }
+
+    async fn read_after(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        after: u64,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        self.inner.read_after(owner, stream, after, limit).await
+    }
+
+    async fn read_from_start(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        self.inner.read_from_start(owner, stream, limit).await
+    }
+
+    async fn wait_for_more(&self, stream: StreamId, after: u64) -> Result<(), StoreError> {
+        self.inner.wait_for_more(stream, after).await
+    }
+
+    async fn remove_session(&self, session: &SessionId) -> Result<(), StoreError> {
+        self.inner.remove_session(session).await
+    }
+
+    async fn usage(&self, session: &SessionId) -> Result<SessionUsage, StoreError> {
+        self.inner.usage(session).await
+    }
+
+    async fn orphaned_streams(&self) -> Result<Vec<OrphanedStream>, StoreError> {
+        self.inner.orphaned_streams().await
+    }
+}
