@@ -144,6 +144,31 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = parse_positive)]
     node_lease_secs: u64,
 
+    /// Live sessions at most; further `initialize`s get 503 with `Retry-After`.
+    #[arg(long, value_name = "N", default_value_t = tether::server::DEFAULT_MAX_SESSIONS, value_parser = parse_positive_usize)]
+    max_sessions: usize,
+
+    /// Requests in flight per session at most; more get 429 with `Retry-After`.
+    #[arg(long, value_name = "N", default_value_t = tether::server::DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION, value_parser = parse_positive_usize)]
+    max_requests_per_session: usize,
+
+    /// Largest POST body in bytes; larger ones get 413.
+    #[arg(long, value_name = "BYTES", default_value_t = tether::server::DEFAULT_MAX_BODY_BYTES, value_parser = parse_positive_usize)]
+    max_body_bytes: usize,
+
+    /// Seconds a POST body may take to arrive; slower ones get 408.
+    #[arg(long, value_name = "SECS", default_value_t = tether::server::DEFAULT_BODY_READ_TIMEOUT.as_secs(), value_parser = parse_positive)]
+    body_timeout_secs: u64,
+
+    /// Seconds a new connection may stay silent, and a request head may take; then the
+    /// connection is closed (slowloris protection).
+    #[arg(long, value_name = "SECS", default_value_t = tether::server::DEFAULT_HEADER_READ_TIMEOUT.as_secs(), value_parser = parse_positive)]
+    header_timeout_secs: u64,
+
+    /// Connections served at once; more are closed as soon as they are accepted.
+    #[arg(long, value_name = "N", default_value_t = tether::server::DEFAULT_MAX_CONNECTIONS, value_parser = parse_positive_usize)]
+    max_connections: usize,
+
     /// Gateway mode: how long the stdio server may take to answer `initialize`, in seconds.
     #[arg(
         long,
@@ -183,6 +208,12 @@ fn parse_positive(value: &str) -> Result<u64, String> {
         Ok(n) => Ok(n),
         Err(error) => Err(error.to_string()),
     }
+}
+
+/// A count or size that must be at least 1 (a limit of 0 would refuse everything).
+fn parse_positive_usize(value: &str) -> Result<usize, String> {
+    let n = parse_positive(value)?;
+    usize::try_from(n).map_err(|error| error.to_string())
 }
 
 fn parse_store(value: &str) -> Result<StoreSpec, String> {
@@ -270,6 +301,12 @@ impl ServeArgs {
         config.allowed_hosts.clone_from(&self.allowed_hosts);
         config.session_idle = Duration::from_secs(self.session_idle_secs);
         config.poll_after = self.poll_after_secs.map(Duration::from_secs);
+        config.max_sessions = self.max_sessions;
+        config.max_concurrent_requests_per_session = self.max_requests_per_session;
+        config.max_body_bytes = self.max_body_bytes;
+        config.body_read_timeout = Duration::from_secs(self.body_timeout_secs);
+        config.connections.header_read_timeout = Duration::from_secs(self.header_timeout_secs);
+        config.connections.max_connections = self.max_connections;
         if let Some(node_id) = &self.node_id {
             config.node_id.clone_from(node_id);
         }

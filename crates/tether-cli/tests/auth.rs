@@ -2,7 +2,7 @@
 //! from the file (401 with `WWW-Authenticate: Bearer` and a JSON-RPC error body otherwise,
 //! `/healthz` stays open); each token's principal sees only its own sessions and streams,
 //! another principal's session id or event id being answered exactly like an unknown one
-//! (CONTRACTS.md); `tether call --bearer-token-file` gets through; a malformed token file is a
+//! (CONTRACTS.md); `/metrics` needs a token too; `tether call --bearer-token-file` gets through; a malformed token file is a
 //! usage error (exit 2) that does not print the token.
 
 use std::time::Duration;
@@ -76,6 +76,25 @@ async fn requests_need_a_token_and_principals_see_only_their_own_sessions() -> a
         let delete = client.send(&client.request("DELETE")).await?;
         assert_unauthorized(&delete.read_to_end().await?, what)?;
     }
+    let metrics_url = url.replace("/mcp", "/metrics");
+    let metrics = RawClient::new(&metrics_url)?;
+    let refused = metrics
+        .send(&metrics.request("GET"))
+        .await?
+        .read_to_end()
+        .await?;
+    assert_unauthorized(&refused, "metrics without a token")?;
+    let metrics = metrics.with_bearer_token(BOB);
+    let scraped = metrics
+        .send(&metrics.request("GET"))
+        .await?
+        .read_to_end()
+        .await?;
+    ensure!(
+        scraped.status == 200,
+        "metrics with a token: {}",
+        scraped.status
+    );
     let health = reqwest_free_get(&url.replace("/mcp", "/healthz")).await?;
     ensure!(
         health.status == 200,

@@ -210,6 +210,76 @@ async fn endpoint_flags_shape_the_server() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The limit flags reach the server: `--max-body-bytes` (413), `--max-sessions` (503 with
+/// `Retry-After`), `--header-timeout-secs` (a silent connection is closed), and the session
+/// that fits keeps working.
+#[tokio::test]
+async fn limit_flags_shape_the_server() -> anyhow::Result<()> {
+    let mut server = ServerSpec::tether_serve()?
+        .args([
+            "--store",
+            "memory",
+            "--max-body-bytes",
+            "400",
+            "--max-sessions",
+            "1",
+        ])
+        .args(["--header-timeout-secs", "1", "--body-timeout-secs", "5"])
+        .args(["--max-connections", "64", "--max-requests-per-session", "8"])
+        .start()
+        .await?;
+    let mut client = RawClient::new(server.url())?;
+    client.initialize().await?;
+    let big = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x".repeat(500)}}});
+    let refused = client.post(&big).await?.read_to_end().await?;
+    ensure!(
+        refused.status == 413,
+        "--max-body-bytes: {}",
+        refused.status
+    );
+    let mut second = RawClient::new(server.url())?;
+    let full = second
+        .send(
+            &second
+                .request("POST")
+                .json(&json!({"jsonrpc": "2.0", "id": 1,
+            "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+            "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})),
+        )
+        .await?
+        .read_to_end()
+        .await?;
+    ensure!(full.status == 503, "--max-sessions: {}", full.status);
+    ensure!(full.headers.get("retry-after").is_some(), "Retry-After");
+    second.set_session_id(None);
+    let addr = server
+        .url()
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .context("addr")?
+        .to_owned();
+    let mut silent = tokio::net::TcpStream::connect(addr).await?;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::io::AsyncReadExt::read_to_end(&mut silent, &mut rest),
+    )
+    .await;
+    ensure!(
+        closed.is_ok(),
+        "--header-timeout-secs: a silent connection is closed"
+    );
+    let (id, mut response) = client.call_tool("count", json!({"n": 2}), None).await?;
+    ensure!(
+        response.read_until_response(id).await?.is_some(),
+        "the session works"
+    );
+    terminate_ok(&mut server).await?;
+    Ok(())
+}
+
 /// `--poll-after-secs N` (SEP-1699 polling, T73–T75): a `count` that outlasts N seconds has
 /// its POST connection closed after about N seconds, with the `--retry-ms` value as a `retry`
 /// field right after an event with an id and no result; resuming with `Last-Event-ID` after

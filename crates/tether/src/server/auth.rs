@@ -216,11 +216,15 @@ mod tests {
 
     #[test]
     fn malformed_token_files_are_refused_with_the_line_and_without_the_token() {
-        for (text, line) in [(":tok", 1), ("ok\nalice:", 2), ("a:b c", 1)] {
+        for (text, line) in [
+            (":s3cr3t", 1),
+            ("s3cr3t-ok\nalice:", 2),
+            ("a:s3cr3t x", 1),
+        ] {
             match BearerTokens::parse(text) {
-                Err(TokenFileError::Line { line: at, reason }) => {
+                Err(error @ TokenFileError::Line { line: at, .. }) => {
                     assert_eq!(at, line, "{text:?}");
-                    assert!(!reason.contains("tok"), "{reason}");
+                    assert!(!error.to_string().contains("s3cr3t"), "{error}");
                 }
                 other => panic!("{text:?}: {other:?}"),
             }

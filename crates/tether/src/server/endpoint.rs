@@ -492,9 +492,25 @@ fn check_protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>
     check_header(value).map_err(|_| ServerError::UnsupportedProtocolVersion)
 }
 
-/// Reads the body up to `limit` bytes: 413 as soon as it is known to be larger (a declared
-/// `Content-Length`, or the bytes read so far), without buffering the excess.
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ServerError> {
+/// Reads the body up to `limit` bytes within `timeout`: 413 as soon as it is known to be
+/// larger (a declared `Content-Length`, or the bytes read so far), without buffering the
+/// excess; 408 when it has not arrived in time.
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, ServerError> {
+    tokio::time::timeout(timeout, read_body_within(body, headers, limit))
+        .await
+        .map_err(|_| ServerError::BodyTimeout { timeout })?
+}
+
+async fn read_body_within(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<Bytes, ServerError> {
     let declared = header_str(headers, header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(ServerError::PayloadTooLarge { limit });
@@ -542,7 +558,14 @@ pub(crate) async fn post(
     if !header_str(&parts.headers, header::CONTENT_TYPE).is_some_and(is_json_content_type) {
         return Err(ServerError::UnsupportedMediaType);
     }
-    let bytes = read_body(body, &parts.headers, shared.config.max_body_bytes).await?;
+    let config = &shared.config;
+    let bytes = read_body(
+        body,
+        &parts.headers,
+        config.max_body_bytes,
+        config.body_read_timeout,
+    )
+    .await?;
     let version_header = check_protocol_version(&parts.headers);
     let accept = accept_value(&parts.headers);
 

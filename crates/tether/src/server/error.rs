@@ -111,6 +111,12 @@ pub enum ServerError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// The body did not arrive within the configured time: 408.
+    #[error("request body not received within {timeout:?}")]
+    BodyTimeout {
+        /// The limit.
+        timeout: Duration,
+    },
     /// The server holds its maximum number of sessions: 503 with `Retry-After`.
     #[error("too many sessions")]
     TooManySessions,
@@ -152,6 +158,7 @@ impl ServerError {
             Self::ForbiddenOrigin | Self::ForbiddenHost => StatusCode::FORBIDDEN,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::TooManySessions | Self::ShuttingDown | Self::HomeUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

@@ -69,7 +69,7 @@ pub(crate) enum ResumeOutcome {
 
 /// Label values in Prometheus's lower-case style.
 impl EncodeLabelValue for ConnectionKind {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
         encoder.write_str(match self {
             Self::Fresh => "fresh",
             Self::Resume => "resume",
@@ -78,7 +78,7 @@ impl EncodeLabelValue for ConnectionKind {
 }
 
 impl EncodeLabelValue for ResumeOutcome {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
         encoder.write_str(match self {
             Self::Ok => "ok",
             Self::Malformed => ResumeRefusal::Malformed.as_str(),

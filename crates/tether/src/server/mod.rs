@@ -22,6 +22,7 @@ mod endpoint;
 pub mod error;
 pub mod handler;
 mod handoff;
+mod listen;
 mod metrics;
 mod origin;
 mod orphans;
@@ -35,7 +36,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::response::Response;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt as _;
 use http::HeaderValue;
 use tether_proto::headers::TETHER_NODE;
 use tether_proto::ids::StreamId;
@@ -47,6 +47,9 @@ pub use dispatch::CANCEL_GRACE;
 pub use error::{ResumeRefusal, ServerError};
 pub use handler::{Handler, ServerInfo};
 pub use handoff::HANDOFF_TIMEOUT;
+pub use listen::{
+    ConnectionLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HEADERS,
+};
 pub use orphans::{OrphanReport, SERVER_RESTARTED_REASON};
 
 use crate::store::{
@@ -91,6 +94,10 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// client does, low enough that one session cannot occupy the server's runtime alone.
 pub const DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION: usize = 64;
 
+/// Default [`ServerConfig::body_read_timeout`]: a 4 MiB body arrives in well under that on
+/// any working link; a client trickling a body (or never finishing it) is cut off.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Shortest period of the memory store's retention sweeper, whatever its retention.
 const MIN_STORE_SWEEP_PERIOD: Duration = Duration::from_secs(1);
 
@@ -126,6 +133,13 @@ pub struct ServerConfig {
     pub max_sessions: usize,
     /// Maximum POST body in bytes; larger bodies get 413 ([`DEFAULT_MAX_BODY_BYTES`]).
     pub max_body_bytes: usize,
+    /// Longest time to receive a POST body; slower bodies get 408
+    /// ([`DEFAULT_BODY_READ_TIMEOUT`]).
+    pub body_read_timeout: Duration,
+    /// Limits on connections: request-head timeout, connections at once, header count
+    /// ([`ConnectionLimits::default`]). Applied by [`Server::serve`]; a router mounted in an
+    /// application's own server gets that server's.
+    pub connections: ConnectionLimits,
     /// Maximum of requests in flight per session; more get 429
     /// ([`DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION`]).
     pub max_concurrent_requests_per_session: usize,
@@ -157,6 +171,8 @@ impl Default for ServerConfig {
             session_idle: DEFAULT_SESSION_IDLE,
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            connections: ConnectionLimits::default(),
             max_concurrent_requests_per_session: DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION,
             node_id: String::new(),
             get_streams: true,
@@ -351,10 +367,11 @@ impl Server {
     /// Before the first connection is accepted, requests an earlier process left unanswered
     /// are answered ([`answer_orphans`](Self::answer_orphans)).
     ///
+    /// Connections are bounded by [`ServerConfig::connections`] (see [`ConnectionLimits`]).
+    ///
     /// # Errors
     ///
-    /// When the store is unavailable at start; otherwise only what axum's `serve` reports (in
-    /// practice none: accept errors are retried).
+    /// When the store is unavailable at start (accept errors are logged and retried).
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -369,21 +386,9 @@ impl Server {
             tracing::info!(%addr, path = %self.shared.config.path, node = self.node_id(), "serving");
         }
         let router = self.router();
-        // Every SSE event is a small write that must leave at once: Nagle's algorithm would
-        // hold progress events and keep-alives back waiting for an ACK.
-        let listener = listener.tap_io(|stream| {
-            if let Err(error) = stream.set_nodelay(true) {
-                tracing::debug!(%error, "could not set TCP_NODELAY");
-            }
-        });
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                tracing::info!("shutting down");
-                token.cancel();
-            })
-            .await;
+        let limits = self.shared.config.connections;
+        listen::serve(listener, router, limits, shutdown, move || token.cancel()).await;
         self.shared.handler.shutdown().await;
-        served
+        Ok(())
     }
 }
