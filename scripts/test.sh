@@ -47,5 +47,9 @@ stage fmt        cargo fmt --all -- --check
 stage deps       scripts/check-deps.sh
 stage clippy     cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 stage doc        env RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --all-features --no-deps
-stage test       cargo test --locked --workspace --all-features
+# The conformance suite runs in a stage of its own, with its output shown, so that its summary
+# lines (per scenario, and the totals) appear in the test output.
+stage test       cargo test --locked --workspace --all-features -- --skip conformance_suite_
+stage conformance cargo test --locked -p tether-cli --all-features \
+                   --test conformance_server --test conformance_client -- --nocapture --test-threads=1
 summary
