@@ -1,6 +1,7 @@
 //! Hostile clients over real sockets: a request head sent one byte at a time (slowloris), a
 //! body that never ends, hundreds of connections that say nothing, more connections than the
-//! server takes, too many header fields, and garbage after a valid request. Each is cut off or
+//! server takes, too many header fields, JSON nested 100 000 deep, and garbage after a valid
+//! request. Each is cut off or
 //! refused by a named limit (`ConnectionLimits`, `ServerConfig::body_read_timeout`), and a
 //! well-behaved client's session keeps working throughout. (A GET stream that is never read
 //! is `server_slow_reader.rs`'s.)
@@ -87,7 +88,10 @@ async fn a_request_head_sent_byte_by_byte_is_cut_off() {
     if closed_after.is_none() {
         let _ = read_until_closed(&mut slow).await;
     }
-    assert!(started.elapsed() < PATIENCE, "cut off before the head was complete");
+    assert!(
+        started.elapsed() < PATIENCE,
+        "cut off before the head was complete"
+    );
     assert_session_works(&mut client).await;
 }
 
@@ -123,7 +127,10 @@ async fn silent_connections_are_closed_and_others_keep_being_served() {
     }
     assert_session_works(&mut client).await;
     for stream in &mut silent {
-        assert!(read_until_closed(stream).await.is_empty(), "closed without a word");
+        assert!(
+            read_until_closed(stream).await.is_empty(),
+            "closed without a word"
+        );
     }
     assert_session_works(&mut client).await;
 }
@@ -158,7 +165,10 @@ async fn connections_beyond_the_limit_are_closed_at_once() {
         if answer.starts_with("HTTP/1.1 200") {
             break;
         }
-        assert!(Instant::now() < deadline, "the server never took connections again");
+        assert!(
+            Instant::now() < deadline,
+            "the server never took connections again"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -214,7 +224,30 @@ async fn garbage_after_a_valid_request_ends_that_connection_only() {
     let mut stream = TcpStream::connect(addr(&server)).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
     let answer = String::from_utf8_lossy(&read_until_closed(&mut stream).await).into_owned();
-    assert!(answer.starts_with("HTTP/1.1 200"), "the valid request is answered: {answer}");
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the valid request is answered: {answer}"
+    );
     assert!(answer.contains("\"id\":99"), "{answer}");
+    assert_session_works(&mut client).await;
+}
+
+#[tokio::test]
+async fn deeply_nested_json_is_refused_without_harm() {
+    let server = server(1024).await;
+    let mut client = server.session(V11).await;
+    let depth = 100_000;
+    let body = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let request = client.request("POST").body(body.into_bytes());
+    let refused = client
+        .send(&request)
+        .await
+        .unwrap()
+        .read_to_end()
+        .await
+        .unwrap();
+    assert_eq!(refused.status, 400);
+    let error: Value = serde_json::from_slice(&refused.body).unwrap();
+    assert_eq!(error["error"]["code"], json!(-32700), "{error}");
     assert_session_works(&mut client).await;
 }
