@@ -41,7 +41,7 @@ use tether::{
     demo::{DemoHandler, conformance::ConformanceHandler},
     gateway::{GatewayConfig, StdioGateway},
     server::{Authenticator, BearerTokens, Handler, Server, ServerConfig},
-    store::{EventStore, SessionStore, redis, sqlite},
+    store::{EventStore, MemoryStoreConfig, SessionStore, redis, sqlite},
 };
 use tokio::{net::TcpListener, sync::oneshot};
 use tracing::{error, info};
@@ -156,6 +156,28 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = tether::server::DEFAULT_MAX_BODY_BYTES, value_parser = parse_positive_usize)]
     max_body_bytes: usize,
 
+    /// Largest message sent as one event, in bytes; a larger response becomes a JSON-RPC
+    /// error (-32603, reason `too_large`).
+    #[arg(long, value_name = "BYTES", default_value_t = tether::server::DEFAULT_MAX_EVENT_BYTES, value_parser = parse_positive_usize)]
+    max_event_bytes: usize,
+
+    /// Events a session may retain at most (all its streams); the oldest are evicted first,
+    /// and a resume that needed them gets `expired`.
+    #[arg(long, value_name = "N", default_value_t = MemoryStoreConfig::DEFAULT_MAX_EVENTS_PER_SESSION, value_parser = parse_positive_usize)]
+    max_events_per_session: usize,
+
+    /// Bytes of events a session may retain at most.
+    #[arg(long, value_name = "BYTES", default_value_t = MemoryStoreConfig::DEFAULT_MAX_BYTES_PER_SESSION, value_parser = parse_positive_usize)]
+    max_bytes_per_session: usize,
+
+    /// Streams a session may hold at most (completed ones are evicted first); then 429.
+    #[arg(long, value_name = "N", default_value_t = MemoryStoreConfig::DEFAULT_MAX_STREAMS_PER_SESSION, value_parser = parse_positive_usize)]
+    max_streams_per_session: usize,
+
+    /// Seconds a completed stream stays resumable.
+    #[arg(long, value_name = "SECS", default_value_t = MemoryStoreConfig::DEFAULT_RETENTION.as_secs(), value_parser = parse_positive)]
+    retention_secs: u64,
+
     /// Seconds a POST body may take to arrive; slower ones get 408.
     #[arg(long, value_name = "SECS", default_value_t = tether::server::DEFAULT_BODY_READ_TIMEOUT.as_secs(), value_parser = parse_positive)]
     body_timeout_secs: u64,
@@ -263,6 +285,17 @@ impl ServeArgs {
         Ok(Some(Arc::new(tokens)))
     }
 
+    /// The per-session caps and retention these flags set.
+    fn store_bounds(&self) -> MemoryStoreConfig {
+        MemoryStoreConfig {
+            retention: Duration::from_secs(self.retention_secs),
+            max_events_per_session: self.max_events_per_session,
+            max_bytes_per_session: self.max_bytes_per_session,
+            max_streams_per_session: self.max_streams_per_session,
+            ..MemoryStoreConfig::default()
+        }
+    }
+
     /// What serves the sessions: the stdio gateway when a command is given, else the demo.
     fn handler(&self) -> (Arc<dyn Handler>, String) {
         match self.gateway.split_first() {
@@ -304,6 +337,7 @@ impl ServeArgs {
         config.max_sessions = self.max_sessions;
         config.max_concurrent_requests_per_session = self.max_requests_per_session;
         config.max_body_bytes = self.max_body_bytes;
+        config.max_event_bytes = self.max_event_bytes;
         config.body_read_timeout = Duration::from_secs(self.body_timeout_secs);
         config.connections.header_read_timeout = Duration::from_secs(self.header_timeout_secs);
         config.connections.max_connections = self.max_connections;
@@ -318,22 +352,25 @@ impl ServeArgs {
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let authenticator = args.authenticator()?;
     let config = args.server_config();
-    let store = match args.store.clone() {
-        Some(store) => store,
-        None => StoreSpec::Sqlite(default_database()?),
+    let store = Store {
+        spec: match args.store.clone() {
+            Some(store) => store,
+            None => StoreSpec::Sqlite(default_database()?),
+        },
+        bounds: args.store_bounds(),
+        node_lease: Duration::from_secs(args.node_lease_secs),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     let (handler, serving) = args.handler();
-    let lease = Duration::from_secs(args.node_lease_secs);
     let served = Served {
         handler,
         authenticator,
         description: serving,
     };
-    let result = runtime.block_on(serve(&args.bind, config, &store, lease, served));
+    let result = runtime.block_on(serve(&args.bind, config, &store, served));
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     result.map(|()| ExitCode::SUCCESS)
 }
@@ -359,25 +396,37 @@ fn default_database() -> anyhow::Result<PathBuf> {
 
 /// The server over the store `spec` names.
 async fn build_server(
-    spec: &StoreSpec,
+    store: &Store,
     config: ServerConfig,
-    node_lease: Duration,
     handler: Arc<dyn Handler>,
 ) -> anyhow::Result<Server> {
-    let (events, sessions): (Arc<dyn EventStore>, Arc<dyn SessionStore>) = match spec {
-        StoreSpec::Memory => return Ok(Server::with_memory_stores(config, handler)),
+    let bounds = &store.bounds;
+    let (events, sessions): (Arc<dyn EventStore>, Arc<dyn SessionStore>) = match &store.spec {
+        StoreSpec::Memory => {
+            let server = Server::with_memory_stores_configured(config, handler, bounds.clone());
+            return Ok(server);
+        }
         StoreSpec::Sqlite(path) => {
-            let (events, sessions) = sqlite::open(sqlite::SqliteStoreConfig::new(path))
+            let mut sqlite_config = sqlite::SqliteStoreConfig::new(path);
+            sqlite_config.retention = bounds.retention;
+            sqlite_config.max_events_per_session = bounds.max_events_per_session;
+            sqlite_config.max_bytes_per_session = bounds.max_bytes_per_session;
+            sqlite_config.max_streams_per_session = bounds.max_streams_per_session;
+            let (events, sessions) = sqlite::open(sqlite_config)
                 .with_context(|| format!("opening the store {}", path.display()))?;
             (Arc::new(events), Arc::new(sessions))
         }
         StoreSpec::Redis(url) => {
-            let mut store = redis::RedisStoreConfig::new(url.clone());
-            store.node_lease = node_lease;
+            let mut redis_config = redis::RedisStoreConfig::new(url.clone());
+            redis_config.retention = bounds.retention;
+            redis_config.max_events_per_session = bounds.max_events_per_session;
+            redis_config.max_bytes_per_session = bounds.max_bytes_per_session;
+            redis_config.max_streams_per_session = bounds.max_streams_per_session;
+            redis_config.node_lease = store.node_lease;
             if !config.node_id.is_empty() {
-                store.node_id.clone_from(&config.node_id);
+                redis_config.node_id.clone_from(&config.node_id);
             }
-            let (events, sessions) = redis::open(store)
+            let (events, sessions) = redis::open(redis_config)
                 .await
                 .with_context(|| format!("opening the store {url}"))?;
             // Several nodes may share this Redis: each session's POSTs go to its node.
@@ -400,6 +449,15 @@ fn describe(spec: &StoreSpec) -> String {
     }
 }
 
+/// Where events and sessions are kept, and how much of them.
+struct Store {
+    spec: StoreSpec,
+    /// The per-session caps and retention, in the memory store's terms (every backend has
+    /// the same ones).
+    bounds: MemoryStoreConfig,
+    node_lease: Duration,
+}
+
 /// What answers the requests, and who may send them.
 struct Served {
     handler: Arc<dyn Handler>,
@@ -412,8 +470,7 @@ struct Served {
 async fn serve(
     bind: &str,
     mut config: ServerConfig,
-    store: &StoreSpec,
-    node_lease: Duration,
+    store: &Store,
     served: Served,
 ) -> anyhow::Result<()> {
     // Before the ready line: a SIGTERM that follows it at once must take the graceful path,
@@ -431,14 +488,14 @@ async fn serve(
         config.allowed_hosts = vec![ANY_HOST.to_owned()];
     }
     let url = endpoint_url(local, &config.path);
-    let mut server = build_server(store, config, node_lease, served.handler).await?;
+    let mut server = build_server(store, config, served.handler).await?;
     if let Some(authenticator) = served.authenticator {
         server = server.with_authenticator(authenticator);
     }
     // `serve` answers the requests a killed predecessor left unanswered before it accepts a
     // connection; one that arrives right after the ready line waits in the backlog.
     announce(&url)?;
-    info!(%url, store = %describe(store), serving = %served.description, "tether serve ready");
+    info!(%url, store = %describe(&store.spec), serving = %served.description, "tether serve ready");
 
     let (stop, stopped) = oneshot::channel::<()>();
     let serving = server.serve(listener, async move {

@@ -211,7 +211,8 @@ async fn endpoint_flags_shape_the_server() -> anyhow::Result<()> {
 }
 
 /// The limit flags reach the server: `--max-body-bytes` (413), `--max-sessions` (503 with
-/// `Retry-After`), `--header-timeout-secs` (a silent connection is closed), and the session
+/// `Retry-After`), `--header-timeout-secs` (a silent connection is closed),
+/// `--max-events-per-session` (a resume of evicted events gets `expired`), and the session
 /// that fits keeps working.
 #[tokio::test]
 async fn limit_flags_shape_the_server() -> anyhow::Result<()> {
@@ -226,6 +227,7 @@ async fn limit_flags_shape_the_server() -> anyhow::Result<()> {
         ])
         .args(["--header-timeout-secs", "1", "--body-timeout-secs", "5"])
         .args(["--max-connections", "64", "--max-requests-per-session", "8"])
+        .args(["--max-events-per-session", "50"])
         .start()
         .await?;
     let mut client = RawClient::new(server.url())?;
@@ -275,6 +277,28 @@ async fn limit_flags_shape_the_server() -> anyhow::Result<()> {
     ensure!(
         response.read_until_response(id).await?.is_some(),
         "the session works"
+    );
+    // --max-events-per-session: a call of 100 events keeps only the newest; a resume from
+    // its start is told the events expired.
+    let (_, response) = client
+        .call_tool("count", json!({"n": 100}), Some(json!("cap")))
+        .await?;
+    let transcript = response.read_to_end().await?;
+    let first = transcript
+        .event_ids()
+        .first()
+        .context("event ids")?
+        .to_string();
+    let resumed = client.resume(&first).await?.read_to_end().await?;
+    ensure!(
+        resumed.status == 400,
+        "--max-events-per-session: {}",
+        resumed.status
+    );
+    let refusal: Value = serde_json::from_slice(&resumed.body)?;
+    ensure!(
+        refusal["error"]["data"]["reason"] == json!("expired"),
+        "{refusal}"
     );
     terminate_ok(&mut server).await?;
     Ok(())

@@ -251,3 +251,27 @@ async fn deeply_nested_json_is_refused_without_harm() {
     assert_eq!(error["error"]["code"], json!(-32700), "{error}");
     assert_session_works(&mut client).await;
 }
+
+#[tokio::test]
+async fn a_response_over_the_event_size_limit_becomes_an_error() {
+    let config = ServerConfig {
+        max_event_bytes: 2048,
+        ..ServerConfig::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut client = server.session(V11).await;
+    let (id, mut response) = client
+        .call_tool("echo", json!({"text": "x".repeat(4096)}), None)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let answer = response.read_until_response(id).await.unwrap().unwrap();
+    assert_eq!(answer["error"]["code"], json!(-32603), "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["reason"],
+        json!("too_large"),
+        "{answer}"
+    );
+    assert_eq!(answer["error"]["data"]["limit"], json!(2048), "{answer}");
+    assert_session_works(&mut client).await;
+}

@@ -247,6 +247,7 @@ async fn drive_stream(
     }
     while let Some(done) = running.join_next().await {
         let Ok(Some(response)) = done else { continue };
+        let response = runtime.fit(response);
         if let Err(error) = runtime.append(stream, &Message::Response(response)).await {
             if runtime.is_closed() {
                 tracing::debug!(%error, "response dropped: session ended");
@@ -286,7 +287,7 @@ async fn answer_json(
         let mut responses = Vec::with_capacity(handles.len());
         for handle in handles {
             if let Ok(Some(response)) = handle.await {
-                responses.push(response);
+                responses.push(runtime.fit(response));
             }
         }
         responses

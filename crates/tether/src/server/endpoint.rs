@@ -260,7 +260,11 @@ impl Shared {
         let mut runtimes = lock(&self.runtimes);
         let id = record.id.clone();
         Ok(Arc::clone(runtimes.entry(id).or_insert_with(|| {
-            SessionRuntime::new(record, Arc::clone(&self.events))
+            SessionRuntime::new(
+                record,
+                Arc::clone(&self.events),
+                self.config.max_event_bytes,
+            )
         })))
     }
 
@@ -324,7 +328,11 @@ impl Shared {
             let _ = self.events.remove_session(&id).await;
             return Err(error.into());
         }
-        let runtime = SessionRuntime::new(record, Arc::clone(&self.events));
+        let runtime = SessionRuntime::new(
+            record,
+            Arc::clone(&self.events),
+            self.config.max_event_bytes,
+        );
         lock(&self.runtimes).insert(id.clone(), Arc::clone(&runtime));
         tracing::info!(session = %id, version = %version, "session created");
         Ok(runtime)

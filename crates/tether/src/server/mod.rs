@@ -98,6 +98,10 @@ pub const DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION: usize = 64;
 /// any working link; a client trickling a body (or never finishing it) is cut off.
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Default [`ServerConfig::max_event_bytes`]: 16 MiB, what tether's own SSE decoder accepts
+/// per event (the Python SDK client accepts 1 MiB; keep large payloads off events for it).
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
 /// Shortest period of the memory store's retention sweeper, whatever its retention.
 const MIN_STORE_SWEEP_PERIOD: Duration = Duration::from_secs(1);
 
@@ -136,6 +140,11 @@ pub struct ServerConfig {
     /// Longest time to receive a POST body; slower bodies get 408
     /// ([`DEFAULT_BODY_READ_TIMEOUT`]).
     pub body_read_timeout: Duration,
+    /// Largest message sent as one event (or one JSON answer), in bytes
+    /// ([`DEFAULT_MAX_EVENT_BYTES`]): a larger response is replaced by a JSON-RPC error
+    /// (-32603, `data.reason` `"too_large"`), a larger notification is refused to the handler
+    /// (`ContextError::Store(StoreError::EventTooLarge)`).
+    pub max_event_bytes: usize,
     /// Limits on connections: request-head timeout, connections at once, header count
     /// ([`ConnectionLimits::default`]). Applied by [`Server::serve`]; a router mounted in an
     /// application's own server gets that server's.
@@ -172,6 +181,7 @@ impl Default for ServerConfig {
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
             connections: ConnectionLimits::default(),
             max_concurrent_requests_per_session: DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION,
             node_id: String::new(),
@@ -282,7 +292,21 @@ impl Server {
     ///
     /// As for [`Server::new`].
     pub fn with_memory_stores(config: ServerConfig, handler: Arc<dyn Handler>) -> Self {
-        let events = Arc::new(MemoryEventStore::new(MemoryStoreConfig::default()));
+        Self::with_memory_stores_configured(config, handler, MemoryStoreConfig::default())
+    }
+
+    /// As [`with_memory_stores`](Self::with_memory_stores), with the event store's bounds
+    /// (per-session caps, retention) from `store`.
+    ///
+    /// # Panics
+    ///
+    /// As for [`Server::new`].
+    pub fn with_memory_stores_configured(
+        config: ServerConfig,
+        handler: Arc<dyn Handler>,
+        store: MemoryStoreConfig,
+    ) -> Self {
+        let events = Arc::new(MemoryEventStore::new(store));
         let server = Self::new(
             config,
             handler,

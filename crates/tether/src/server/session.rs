@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tether_proto::ids::{EventId, StreamId};
-use tether_proto::jsonrpc::{Message, RequestId, Response};
+use tether_proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, Response};
 use tether_proto::version::ProtocolVersion;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +31,8 @@ pub(crate) struct SessionRuntime {
     record: SessionRecord,
     owner: StreamOwner,
     events: Arc<dyn EventStore>,
+    /// Largest message this session may send as one event.
+    max_event_bytes: usize,
     log_level: AtomicU8,
     /// Cancelled when the session ends (DELETE, idle expiry): every request token and every
     /// connection token is a child of it.
@@ -78,7 +80,11 @@ impl std::fmt::Debug for SessionRuntime {
 
 impl SessionRuntime {
     /// The runtime of a session, from its stored record.
-    pub(crate) fn new(record: SessionRecord, events: Arc<dyn EventStore>) -> Arc<Self> {
+    pub(crate) fn new(
+        record: SessionRecord,
+        events: Arc<dyn EventStore>,
+        max_event_bytes: usize,
+    ) -> Arc<Self> {
         let owner = StreamOwner {
             principal: record.principal.clone(),
             session: record.id.clone(),
@@ -87,6 +93,7 @@ impl SessionRuntime {
             record,
             owner,
             events,
+            max_event_bytes,
             log_level: AtomicU8::new(LogLevel::DEFAULT as u8),
             closed: CancellationToken::new(),
             in_flight: Mutex::new(HashMap::new()),
@@ -135,15 +142,35 @@ impl SessionRuntime {
     }
 
     /// Appends one message to `stream` (persist, then send: a writer loop picks it up).
+    /// A message over the session's event size limit is refused with
+    /// [`StoreError::EventTooLarge`].
     pub(crate) async fn append(
         &self,
         stream: StreamId,
         message: &Message,
     ) -> Result<EventId, StoreError> {
         let bytes = message.to_vec();
+        if bytes.len() > self.max_event_bytes {
+            tracing::warn!(session = %self.record.id, bytes = bytes.len(), limit = self.max_event_bytes, "message over the event size limit");
+            return Err(StoreError::EventTooLarge);
+        }
         let id = self.events.append(stream, &bytes).await?;
         tracing::trace!(session = %self.record.id, stream = %stream, seq = id.seq, "appended");
         Ok(id)
+    }
+
+    /// `response`, or, when it is over the event size limit, a JSON-RPC error in its place
+    /// (-32603, `data.reason` `"too_large"`): the client learns that its request was answered
+    /// and why it cannot have the answer, instead of waiting for one that never comes.
+    pub(crate) fn fit(&self, response: Response) -> Response {
+        let size = Message::Response(response.clone()).to_vec().len();
+        if size <= self.max_event_bytes {
+            return response;
+        }
+        let error = ErrorObject::new(INTERNAL_ERROR, "response too large to send").with_data(
+            serde_json::json!({"reason": "too_large", "bytes": size, "limit": self.max_event_bytes}),
+        );
+        Response::error(response.id().cloned(), error)
     }
 
     /// Ends the session on this node: cancels its requests (their handlers see
