@@ -3,7 +3,8 @@
 //! `/healthz` stays open); each token's principal sees only its own sessions and streams,
 //! another principal's session id or event id being answered exactly like an unknown one
 //! (CONTRACTS.md); `/metrics` needs a token too; `tether call --bearer-token-file` gets through; a malformed token file is a
-//! usage error (exit 2) that does not print the token.
+//! usage error (exit 2) that does not print the token; `--max-sessions-per-principal` bounds
+//! each principal's sessions separately.
 
 use std::time::Duration;
 
@@ -20,7 +21,8 @@ async fn server(dir: &TempDir) -> anyhow::Result<ServerProcess> {
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("# test\nalice:{ALICE}\nbob:{BOB}\n"))?;
     Ok(ServerSpec::tether_serve()?
-        .args(["--store", "memory", "--auth-token-file"])
+        .args(["--store", "memory", "--max-sessions-per-principal", "1"])
+        .arg("--auth-token-file")
         .arg(&tokens)
         .start()
         .await?)
@@ -160,6 +162,24 @@ async fn requests_need_a_token_and_principals_see_only_their_own_sessions() -> a
         "another's DELETE: {}",
         deleted.status
     );
+
+    // One session per principal (--max-sessions-per-principal 1): alice's second is refused,
+    // bob's first is not.
+    let mut alice_again = RawClient::new(&url)?.with_bearer_token(ALICE);
+    let refused = alice_again
+        .send(&alice_again.request("POST").json(&init))
+        .await?
+        .read_to_end()
+        .await?;
+    ensure!(
+        refused.status == 503,
+        "alice's second session: {}",
+        refused.status
+    );
+    alice_again.set_session_id(None);
+    let mut bob_own = RawClient::new(&url)?.with_bearer_token(BOB);
+    bob_own.initialize().await?;
+    ensure!(bob_own.session_id().is_some(), "bob's own session");
 
     // Alice's session is untouched by all of that.
     let replay = alice

@@ -216,11 +216,7 @@ mod tests {
 
     #[test]
     fn malformed_token_files_are_refused_with_the_line_and_without_the_token() {
-        for (text, line) in [
-            (":s3cr3t", 1),
-            ("s3cr3t-ok\nalice:", 2),
-            ("a:s3cr3t x", 1),
-        ] {
+        for (text, line) in [(":s3cr3t", 1), ("s3cr3t-ok\nalice:", 2), ("a:s3cr3t x", 1)] {
             match BearerTokens::parse(text) {
                 Err(error @ TokenFileError::Line { line: at, .. }) => {
                     assert_eq!(at, line, "{text:?}");

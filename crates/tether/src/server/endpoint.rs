@@ -306,7 +306,9 @@ impl Shared {
         principal: Arc<str>,
     ) -> Result<Arc<SessionRuntime>, ServerError> {
         let _creating = self.create_lock.lock().await;
-        if self.sessions.count().await? >= self.config.max_sessions {
+        if self.sessions.count().await? >= self.config.max_sessions
+            || self.sessions.count_for(&principal).await? >= self.config.max_sessions_per_principal
+        {
             return Err(ServerError::TooManySessions);
         }
         let id = SessionId::generate();

@@ -135,6 +135,10 @@ pub struct ServerConfig {
     pub session_idle: Duration,
     /// Maximum of live sessions; further `initialize`s get 503 ([`DEFAULT_MAX_SESSIONS`]).
     pub max_sessions: usize,
+    /// Maximum of live sessions of one principal; its further `initialize`s get 503, while
+    /// other principals can still start sessions (default [`DEFAULT_MAX_SESSIONS`]: no
+    /// separate bound; lower it when several principals share a server).
+    pub max_sessions_per_principal: usize,
     /// Maximum POST body in bytes; larger bodies get 413 ([`DEFAULT_MAX_BODY_BYTES`]).
     pub max_body_bytes: usize,
     /// Longest time to receive a POST body; slower bodies get 408
@@ -179,6 +183,7 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             session_idle: DEFAULT_SESSION_IDLE,
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_sessions_per_principal: DEFAULT_MAX_SESSIONS,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,

@@ -263,4 +263,6 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn expire_idle(&self, idle: Duration) -> Result<Vec<SessionId>, StoreError>;
     /// How many sessions are live.
     async fn count(&self) -> Result<usize, StoreError>;
+    /// Live sessions of `principal` (for the per-principal session limit).
+    async fn count_for(&self, principal: &str) -> Result<usize, StoreError>;
 }

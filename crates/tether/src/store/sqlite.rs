@@ -641,6 +641,21 @@ impl SessionStore for SqliteSessionStore {
             })
             .await
     }
+
+    async fn count_for(&self, principal: &str) -> Result<usize, StoreError> {
+        let principal = principal.to_owned();
+        self.inner
+            .read(move |conn, _| {
+                conn.query_row(
+                    "SELECT COUNT(*) FROM sessions WHERE principal = ?1",
+                    [&principal],
+                    |row| row.get::<_, i64>(0),
+                )
+                .map(|n| usize::try_from(n).unwrap_or(0))
+                .map_err(unavailable)
+            })
+            .await
+    }
 }
 
 /// A stored frame as an event: the message is the `data` line's value.

@@ -994,7 +994,8 @@ fn record(principal: &str) -> SessionRecord {
     }
 }
 
-/// Sessions are stored, looked up, counted and removed; `remove` says whether one existed.
+/// Sessions are stored, looked up, counted (in all and per principal) and removed; `remove`
+/// says whether one existed.
 pub async fn sessions_insert_get_remove_count<S: AsyncFn() -> Arc<dyn SessionStore>>(
     new_sessions: &S,
 ) {
@@ -1005,6 +1006,13 @@ pub async fn sessions_insert_get_remove_count<S: AsyncFn() -> Arc<dyn SessionSto
         sessions.insert(record.clone()).await.expect("insert");
     }
     assert_eq!(sessions.count().await.expect("count"), 3);
+    let alice_again = record("alice");
+    sessions.insert(alice_again.clone()).await.expect("insert");
+    assert_eq!(sessions.count_for("alice").await.expect("count_for"), 2);
+    assert_eq!(sessions.count_for("bob").await.expect("count_for"), 1);
+    assert_eq!(sessions.count_for("carol").await.expect("count_for"), 0);
+    assert!(sessions.remove(&alice_again.id).await.expect("remove"));
+    assert_eq!(sessions.count_for("alice").await.expect("count_for"), 1);
     for record in &records {
         let got = sessions.get(&record.id).await.expect("get");
         assert_eq!(got.as_ref(), Some(record));
@@ -1017,6 +1025,7 @@ pub async fn sessions_insert_get_remove_count<S: AsyncFn() -> Arc<dyn SessionSto
     assert!(!sessions.remove(&records[1].id).await.expect("remove again"));
     assert_eq!(sessions.get(&records[1].id).await.expect("get"), None);
     assert_eq!(sessions.count().await.expect("count"), 2);
+    assert_eq!(sessions.count_for("bob").await.expect("count_for"), 0);
     sessions
         .touch(&records[1].id)
         .await
@@ -1055,6 +1064,11 @@ pub async fn sessions_touch_postpones_idle_expiry<S: AsyncFn() -> Arc<dyn Sessio
         Some(touched.clone())
     );
     assert_eq!(sessions.count().await.expect("count"), 1);
+    assert_eq!(
+        sessions.count_for("default").await.expect("count_for"),
+        1,
+        "an expired session no longer counts for its principal"
+    );
     assert!(
         sessions.expire_idle(IDLE).await.expect("expire").is_empty(),
         "expired sessions are gone"

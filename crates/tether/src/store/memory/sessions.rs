@@ -82,4 +82,11 @@ impl SessionStore for MemorySessionStore {
     async fn count(&self) -> Result<usize, StoreError> {
         Ok(guard(&self.sessions).len())
     }
+
+    async fn count_for(&self, principal: &str) -> Result<usize, StoreError> {
+        Ok(guard(&self.sessions)
+            .values()
+            .filter(|entry| &*entry.record.principal == principal)
+            .count())
+    }
 }

@@ -35,7 +35,8 @@
 //! - `Pnode:<node>`: a node's heartbeat, a key that expires after
 //!   [`RedisStoreConfig::node_lease`]; `Pnodes`: the set of nodes that may hold open
 //!   streams (every node with a lease or a non-empty `Po:<node>`).
-//! - `Psess:<id>` (session records) and `Pseen` (sessions by last activity, ms).
+//! - `Psess:<id>` (session records), `Pseen` (sessions by last activity, ms) and
+//!   `Pps:<principal>` (the ids of a principal's sessions, for its session limit).
 //! - Channel `Pwake`: the id of every stream that changed.
 //!
 //! # Appends
@@ -1052,6 +1053,14 @@ impl SessionStore for RedisSessionStore {
         let inner = &*self.inner;
         let count: usize = inner
             .query(redis::cmd("ZCARD").arg(format!("{}seen", inner.config.key_prefix)))
+            .await?;
+        Ok(count)
+    }
+
+    async fn count_for(&self, principal: &str) -> Result<usize, StoreError> {
+        let inner = &*self.inner;
+        let count: usize = inner
+            .query(redis::cmd("SCARD").arg(inner.key("ps", principal)))
             .await?;
         Ok(count)
     }

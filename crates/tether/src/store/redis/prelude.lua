@@ -33,7 +33,15 @@ local function k_tombs(sess) return P .. 'ts:' .. sess end
 local function k_open(node) return P .. 'o:' .. node end
 local function k_node(node) return P .. 'node:' .. node end
 local function k_session(id) return P .. 'sess:' .. id end
+-- The ids of a principal's live sessions, for the per-principal limit.
+local function k_principal(principal) return P .. 'ps:' .. principal end
 local K_SEEN = P .. 'seen'
+
+-- Drops session `id` from its principal's set (before its record is deleted).
+local function forget_principal_session(id)
+  local principal = redis.call('HGET', k_session(id), 'p')
+  if principal then redis.call('SREM', k_principal(principal), id) end
+end
 
 -- Redis's clock, so every node measures retention and idleness alike.
 local function now_ms()

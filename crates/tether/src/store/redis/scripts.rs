@@ -262,6 +262,7 @@ pub(super) const SESSION_INSERT: &str = concat!(
     r"
 redis.call('HSET', k_session(ARGV[7]), 'v', ARGV[8], 'p', ARGV[9], 'st', ARGV[10])
 redis.call('ZADD', K_SEEN, now_ms(), ARGV[7])
+redis.call('SADD', k_principal(ARGV[9]), ARGV[7])
 return {'ok'}
 "
 );
@@ -284,6 +285,7 @@ local cutoff = now_ms() - tonumber(ARGV[7])
 local ids = redis.call('ZRANGEBYSCORE', K_SEEN, '-inf', '(' .. cutoff)
 for _, id in ipairs(ids) do
   redis.call('ZREM', K_SEEN, id)
+  forget_principal_session(id)
   redis.call('DEL', k_session(id))
 end
 return {'ok', ids}
@@ -294,6 +296,7 @@ return {'ok', ids}
 pub(super) const SESSION_REMOVE: &str = concat!(
     include_str!("prelude.lua"),
     r"
+forget_principal_session(ARGV[7])
 local existed = redis.call('DEL', k_session(ARGV[7]))
 redis.call('ZREM', K_SEEN, ARGV[7])
 return {'ok', existed}
