@@ -34,12 +34,21 @@ use super::context::{RequestContext, SessionContext};
 use super::endpoint::Shared;
 use super::error::ServerError;
 use super::session::{InFlightSlot, SessionRuntime};
-use crate::store::StreamKind;
+use crate::store::{StoreError, StreamKind};
 
 /// A cancelled handler gets this long to notice (`RequestContext::cancelled`) and return
 /// before its task is aborted: enough for cleanup, short enough that a handler ignoring
 /// cancellation does not hold resources for long. Its outcome is discarded either way.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a request's final response and its stream's completion are retried while the
+/// store is unavailable: the default retention, past which a client could not read them
+/// anyway.
+const STORE_RETRY_LIMIT: Duration = Duration::from_secs(300);
+/// First pause between such retries, doubled up to [`STORE_RETRY_MAX_DELAY`].
+const STORE_RETRY_MIN_DELAY: Duration = Duration::from_millis(50);
+/// Longest pause between such retries.
+const STORE_RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
 
 /// `ping`, answered by the transport itself.
 const PING: &str = "ping";
@@ -247,8 +256,9 @@ async fn drive_stream(
     }
     while let Some(done) = running.join_next().await {
         let Ok(Some(response)) = done else { continue };
-        let response = runtime.fit(response);
-        if let Err(error) = runtime.append(stream, &Message::Response(response)).await {
+        let response = Message::Response(runtime.fit(response));
+        let stored = persist(&runtime, || runtime.append(stream, &response)).await;
+        if let Err(error) = stored {
             if runtime.is_closed() {
                 tracing::debug!(%error, "response dropped: session ended");
             } else {
@@ -256,10 +266,38 @@ async fn drive_stream(
             }
         }
     }
-    if let Err(error) = shared.events.complete(stream).await
+    if let Err(error) = persist(&runtime, || shared.events.complete(stream)).await
         && !runtime.is_closed()
     {
         tracing::warn!(%error, "stream could not be completed");
+    }
+}
+
+/// Runs a store write until it succeeds, fails for a reason other than the store being
+/// unavailable, the session ends, or [`STORE_RETRY_LIMIT`] passes. A response or a completion
+/// lost to a store that was briefly down (Redis restarting) would leave the request
+/// unanswered for good: the node is alive, so no other node takes its streams for orphans.
+async fn persist<T, F, Fut>(runtime: &SessionRuntime, mut write: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let deadline = tokio::time::Instant::now() + STORE_RETRY_LIMIT;
+    let mut delay = STORE_RETRY_MIN_DELAY;
+    loop {
+        match write().await {
+            Err(StoreError::Unavailable(reason))
+                if !runtime.is_closed() && tokio::time::Instant::now() < deadline =>
+            {
+                tracing::debug!(%reason, ?delay, "store unavailable; retrying the write");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = runtime.closed().cancelled() => {}
+                }
+                delay = (delay * 2).min(STORE_RETRY_MAX_DELAY);
+            }
+            outcome => return outcome,
+        }
     }
 }
 
