@@ -28,13 +28,15 @@ async fn server(max_connections: usize) -> TestServer {
 }
 
 async fn server_with(max_connections: usize, head_timeout: Duration) -> TestServer {
-    let mut config = ServerConfig::default();
-    config.connections = ConnectionLimits {
-        header_read_timeout: head_timeout,
-        max_connections,
-        ..ConnectionLimits::default()
+    let config = ServerConfig {
+        connections: ConnectionLimits {
+            header_read_timeout: head_timeout,
+            max_connections,
+            ..ConnectionLimits::default()
+        },
+        body_read_timeout: BODY_TIMEOUT,
+        ..ServerConfig::default()
     };
-    config.body_read_timeout = BODY_TIMEOUT;
     TestServer::start(config).await
 }
 
