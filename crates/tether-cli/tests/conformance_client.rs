@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::Value;
+use tether_testkit::conformance::{self, Expected, strip_ansi, tail};
 use tether_testkit::peers;
 
 /// The suite's own limit on the client process (its default): a scenario takes well under a
@@ -75,13 +76,6 @@ struct Check {
     message: String,
     /// The check's `details` (for `sse-retry`'s timing: `actualDelayMs` and its window).
     details: Value,
-}
-
-/// One line of the expected-failures file.
-#[derive(Debug)]
-struct Expected {
-    name: String,
-    reason: String,
 }
 
 /// Runs one scenario in a network namespace, prints the suite's summary lines, and fails on
@@ -289,39 +283,15 @@ async fn unshare_flags() -> anyhow::Result<&'static str> {
 /// is a scenario (excusing all of it, a non-zero exit included) or a check id; every entry
 /// has a reason, and none names [`NEVER_EXPECTED`] or its checks.
 fn expected_failures() -> anyhow::Result<Vec<Expected>> {
-    let path = peers::workspace_dir().join(EXPECTED_FAILURES);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    parse_expected(&text).with_context(|| format!("in {}", path.display()))
+    conformance::read_expected(EXPECTED_FAILURES, never_expected)
 }
 
 fn parse_expected(text: &str) -> anyhow::Result<Vec<Expected>> {
-    let mut entries = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        let number = index + 1;
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (name, reason) = line
-            .split_once('#')
-            .with_context(|| format!("line {number}: {line:?} has no `# reason`"))?;
-        let (name, reason) = (name.trim(), reason.trim());
-        ensure!(
-            !name.is_empty() && !name.contains(char::is_whitespace),
-            "line {number}: expected one scenario or check id, got {name:?}"
-        );
-        ensure!(!reason.is_empty(), "line {number}: {name} has no reason");
-        ensure!(
-            !NEVER_EXPECTED.contains(&name) && !name.starts_with(NEVER_EXPECTED_CHECKS),
-            "line {number}: {name} may never be an expected failure"
-        );
-        entries.push(Expected {
-            name: name.to_owned(),
-            reason: reason.to_owned(),
-        });
-    }
-    Ok(entries)
+    conformance::parse_expected(text, never_expected)
+}
+
+fn never_expected(name: &str) -> bool {
+    NEVER_EXPECTED.contains(&name) || name.starts_with(NEVER_EXPECTED_CHECKS)
 }
 
 /// The checks of the one `<scenario>-<timestamp>/checks.json` under `dir`.
@@ -420,28 +390,6 @@ fn is_verdict_line(line: &str) -> bool {
                 .iter()
                 .any(|status| rest.starts_with(status))
     })
-}
-
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 fn path_str(path: &Path) -> anyhow::Result<&str> {

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::Value;
+use tether_testkit::conformance::{self, Expected, strip_ansi, tail};
 use tether_testkit::launcher::{ServerProcess, ServerSpec};
 use tether_testkit::peers;
 
@@ -82,54 +83,18 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// One line of the expected-failures file.
-#[derive(Debug)]
-struct Expected {
-    name: String,
-    reason: String,
-}
-
 /// Reads and validates the expected-failures file: every entry has a reason and none names a
 /// [`NEVER_EXPECTED`] scenario.
 fn expected_failures() -> anyhow::Result<Vec<Expected>> {
-    let path = peers::workspace_dir().join(EXPECTED_FAILURES);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    parse_expected(&text).with_context(|| format!("in {}", path.display()))
+    conformance::read_expected(EXPECTED_FAILURES, never_expected)
 }
 
 fn parse_expected(text: &str) -> anyhow::Result<Vec<Expected>> {
-    let mut entries = Vec::new();
-    for (number, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((name, reason)) = line.split_once('#') else {
-            bail!("line {}: {line:?} has no `# reason`", number + 1);
-        };
-        let (name, reason) = (name.trim(), reason.trim());
-        ensure!(
-            !name.is_empty() && !name.contains(char::is_whitespace),
-            "line {}: expected one scenario or check name, got {name:?}",
-            number + 1
-        );
-        ensure!(
-            !reason.is_empty(),
-            "line {}: {name} has an empty reason",
-            number + 1
-        );
-        ensure!(
-            !NEVER_EXPECTED.contains(&name),
-            "line {}: {name} may never be an expected failure",
-            number + 1
-        );
-        entries.push(Expected {
-            name: name.to_owned(),
-            reason: reason.to_owned(),
-        });
-    }
-    Ok(entries)
+    conformance::parse_expected(text, never_expected)
+}
+
+fn never_expected(name: &str) -> bool {
+    NEVER_EXPECTED.contains(&name)
 }
 
 /// `tether serve --demo conformance --store memory --bind 127.0.0.1:0`.
@@ -354,29 +319,6 @@ fn judge(run: &SuiteRun) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Drops ANSI colour sequences (`ESC [ … m`).
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Every active scenario of the suite passes (or fails only as the expected-failures file

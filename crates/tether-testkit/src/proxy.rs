@@ -88,6 +88,16 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every kind, in declaration order (for reports and for tests that want each one seen).
+    pub const ALL: [Self; 6] = [
+        Self::Cut,
+        Self::Reset,
+        Self::Stall,
+        Self::Slow,
+        Self::Truncate,
+        Self::Refuse,
+    ];
+
     /// The lower-case name used in logs and JSON.
     #[must_use]
     pub const fn name(self) -> &'static str {
@@ -284,7 +294,9 @@ pub fn parse_seed(text: &str) -> Option<u64> {
     }
 }
 
-fn random_seed() -> u64 {
+/// A fresh random seed, for runs that were given none: from OS entropy, else the clock.
+#[must_use]
+pub fn random_seed() -> u64 {
     match SplitMix64::from_os_entropy() {
         Ok(mut rng) => rng.next_u64(),
         // No OS entropy: the clock is random enough to vary a test seed.

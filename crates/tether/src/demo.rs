@@ -17,6 +17,7 @@
 //! [`conformance`] holds the second demo, `--demo conformance`: the official conformance
 //! suite's fixtures, with `count` and `echo` served by this handler.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -115,19 +116,7 @@ impl DemoHandler {
         params: Option<&Value>,
         context: &RequestContext,
     ) -> Result<Value, ErrorObject> {
-        let params = params
-            .and_then(Value::as_object)
-            .ok_or_else(|| invalid_params("tools/call needs params with a tool `name`"))?;
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| invalid_params("tools/call needs a string `name`"))?;
-        let empty = Map::new();
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => &empty,
-            Some(Value::Object(arguments)) => arguments,
-            Some(_) => return Err(invalid_params("tools/call `arguments` must be an object")),
-        };
+        let (name, arguments) = tool_call(params)?;
         match name {
             "count" => match CountArgs::parse(arguments) {
                 Ok(args) => count(args, context).await,
@@ -180,10 +169,7 @@ impl Handler for DemoHandler {
             // The transport answers `ping` itself; answering here too keeps the demo correct
             // under a transport that forwards it.
             "ping" => Ok(json!({})),
-            other => Err(ErrorObject::new(
-                METHOD_NOT_FOUND,
-                format!("method not found: {other}"),
-            )),
+            other => Err(method_not_found(other)),
         }
     }
 }
@@ -280,6 +266,28 @@ async fn count(args: CountArgs, context: &RequestContext) -> Result<Value, Error
     Ok(text_result(&format!("counted {n}")))
 }
 
+/// The `name` and `arguments` of a `tools/call` (absent or null arguments are empty): the
+/// checks both demo handlers make before they look at the tool.
+// `ErrorObject` is what `Handler::handle_request` returns; this is a cold path, and boxing it
+// would only add conversions.
+#[allow(clippy::result_large_err)]
+fn tool_call(params: Option<&Value>) -> Result<(&str, &Map<String, Value>), ErrorObject> {
+    static NO_ARGUMENTS: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
+    let params = params
+        .and_then(Value::as_object)
+        .ok_or_else(|| invalid_params("tools/call needs params with a tool `name`"))?;
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid_params("tools/call needs a string `name`"))?;
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => &*NO_ARGUMENTS,
+        Some(Value::Object(arguments)) => arguments,
+        Some(_) => return Err(invalid_params("tools/call `arguments` must be an object")),
+    };
+    Ok((name, arguments))
+}
+
 /// A successful tool result with one text block.
 fn text_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}]})
@@ -292,6 +300,10 @@ fn tool_error(message: &str) -> Value {
 
 fn invalid_params(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(INVALID_PARAMS, message)
+}
+
+fn method_not_found(method: &str) -> ErrorObject {
+    ErrorObject::new(METHOD_NOT_FOUND, format!("method not found: {method}"))
 }
 
 fn cancelled() -> ErrorObject {

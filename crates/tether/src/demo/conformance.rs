@@ -32,11 +32,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tether_proto::ids::SessionId;
-use tether_proto::jsonrpc::{
-    ErrorObject, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, Request,
-};
+use tether_proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, Request};
 
-use super::DemoHandler;
+use super::{DemoHandler, invalid_params, method_not_found, tool_call};
 use crate::lock;
 use crate::server::{ContextError, Handler, LogLevel, RequestContext, ServerInfo, SessionContext};
 
@@ -350,21 +348,7 @@ impl ConformanceHandler {
         request: Request,
         context: RequestContext,
     ) -> Result<Value, ErrorObject> {
-        let params = request
-            .params
-            .as_ref()
-            .and_then(Value::as_object)
-            .ok_or_else(|| invalid_params("tools/call needs params with a tool `name`"))?;
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| invalid_params("tools/call needs a string `name`"))?;
-        let empty = Map::new();
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => &empty,
-            Some(Value::Object(arguments)) => arguments,
-            Some(_) => return Err(invalid_params("tools/call `arguments` must be an object")),
-        };
+        let (name, arguments) = tool_call(request.params.as_ref())?;
         match name {
             "test_simple_text" => Ok(content(vec![text(
                 "This is a simple text response for testing.",
@@ -596,10 +580,7 @@ impl Handler for ConformanceHandler {
             "completion/complete" => complete(request.params.as_ref()),
             // `logging/setLevel` and `ping` are the demo's.
             "logging/setLevel" | "ping" => self.demo.handle_request(request, context).await,
-            other => Err(ErrorObject::new(
-                METHOD_NOT_FOUND,
-                format!("method not found: {other}"),
-            )),
+            other => Err(method_not_found(other)),
         }
     }
 }
@@ -975,10 +956,6 @@ fn round_trip_failed(tool: &str, what: &str, error: ContextError) -> Result<Valu
     }
 }
 
-fn invalid_params(message: impl Into<String>) -> ErrorObject {
-    ErrorObject::new(INVALID_PARAMS, message)
-}
-
 /// The context could not emit or wait: a cancelled request ends (its outcome is discarded,
 /// MCP cancellation), anything else is an internal error.
 fn emit_failed(error: ContextError) -> ErrorObject {
@@ -990,6 +967,8 @@ fn emit_failed(error: ContextError) -> ErrorObject {
 
 #[cfg(test)]
 mod tests {
+    use tether_proto::jsonrpc::INVALID_PARAMS;
+
     use super::*;
 
     #[test]
