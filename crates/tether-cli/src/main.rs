@@ -35,18 +35,11 @@ enum Command {
     Call(Box<call::CallArgs>),
     /// Bridge stdio to a remote MCP server, surviving cuts and restarts.
     Connect(Box<connect::ConnectArgs>),
-    /// Measure tether against its peers.
-    Bench(Passthrough),
+    /// Measure an MCP server (tether or a peer): throughput, fanout, resume, idle, store.
+    Bench(Box<tether_cli::bench::BenchArgs>),
     /// Play the client side of one conformance-suite scenario (`MCP_CONFORMANCE_SCENARIO`).
     #[command(hide = true)]
     ConformanceClient(conformance_client::ConformanceClientArgs),
-}
-
-/// Arguments of a subcommand that has not landed yet, accepted so that the error says which.
-#[derive(Debug, clap::Args)]
-struct Passthrough {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    args: Vec<String>,
 }
 
 /// A usage error found after parsing (a flag whose feature has not landed, a value clap cannot
@@ -78,27 +71,28 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let name = match cli.command {
+    match cli.command {
         Command::Serve(args) => {
             init_logging("info");
-            return serve::run(*args);
+            serve::run(*args)
         }
         Command::Call(args) => {
             init_logging("warn");
-            return call::run(*args);
+            call::run(*args)
         }
         Command::Connect(args) => {
             init_logging("warn");
-            return connect::run(*args);
+            connect::run(*args)
         }
         Command::ConformanceClient(args) => {
             init_logging("warn");
-            return conformance_client::run(args);
+            conformance_client::run(args)
         }
-        Command::Bench(_) => "bench",
-    };
-    eprintln!("tether: `tether {name}` is not implemented yet; see the README for what has landed");
-    Ok(ExitCode::from(EXIT_USAGE))
+        Command::Bench(args) => {
+            init_logging("warn");
+            tether_cli::bench::run(*args)
+        }
+    }
 }
 
 /// Sends `tracing` output to stderr (stdout carries only what a subcommand promises, such as

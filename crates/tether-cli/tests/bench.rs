@@ -1,0 +1,157 @@
+//! `tether bench`: a run counts only when every event arrived. A small `throughput` against a
+//! spawned `tether serve` reports all its events and a rate; a server that drops an event, and
+//! a URL that is not an MCP server, fail with exit code 1 and say why. No timing assertions.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+
+use serde_json::Value;
+
+const TETHER: &str = env!("CARGO_BIN_EXE_tether");
+
+/// Runs `tether bench ARGS…`; returns the exit code and the one JSON object on stdout.
+fn bench(args: &[&str]) -> (Option<i32>, Value) {
+    let output = Command::new(TETHER)
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("run tether bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|error| {
+        panic!(
+            "stdout is one JSON object ({error}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code(), json)
+}
+
+#[test]
+fn throughput_against_spawned_server_reports_every_event_and_a_rate() {
+    let (code, report) = bench(&[
+        "throughput",
+        "--spawn",
+        "--n",
+        "200",
+        "--runs",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["scenario"], "throughput");
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["events_expected"], 200);
+    assert_eq!(report["events_received"], 200);
+    assert!(report["events_per_sec"].as_f64().unwrap() > 0.0, "{report}");
+}
+
+#[test]
+fn a_server_that_drops_an_event_fails_the_run() {
+    let url = serve_in_background(lossy_mcp_server);
+    let (code, report) = bench(&["throughput", "--url", &url, "--n", "5", "--json"]);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["ok"], false);
+    let error = report["error"].as_str().unwrap();
+    assert!(
+        error.contains("progress 4 arrived where 3 was expected"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_url_that_is_not_an_mcp_server_fails_clearly() {
+    let url = serve_in_background(|mut stream, _| {
+        respond(
+            &mut stream,
+            "404 Not Found",
+            "text/plain",
+            &[],
+            "no MCP here",
+        );
+    });
+    let (code, report) = bench(&["throughput", "--url", &url, "--n", "5", "--json"]);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["ok"], false);
+    let error = report["error"].as_str().unwrap();
+    assert!(error.contains("is not an MCP server"), "{error}");
+}
+
+/// Serves each connection on a thread with `handle(stream, request body)`, one request per
+/// connection; returns the endpoint URL.
+fn serve_in_background(handle: fn(TcpStream, String)) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let body = read_request(&stream);
+                handle(stream, body);
+            });
+        }
+    });
+    url
+}
+
+/// Reads one request's head and body; returns the body.
+fn read_request(stream: &TcpStream) -> String {
+    let mut reader = BufReader::new(stream);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    String::from_utf8(body).unwrap()
+}
+
+fn respond(stream: &mut TcpStream, status: &str, content_type: &str, headers: &[&str], body: &str) {
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for header in headers {
+        head.push_str(header);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body.as_bytes());
+}
+
+/// An MCP server whose `count` loses progress 3: initialize, notifications, DELETE answered
+/// correctly; every `tools/call` streams progress 1, 2, 4, 5 and `counted 5`.
+fn lossy_mcp_server(mut stream: TcpStream, body: String) {
+    if body.contains("\"initialize\"") {
+        let answer = r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"lossy","version":"0"}}}"#;
+        respond(
+            &mut stream,
+            "200 OK",
+            "application/json",
+            &["Mcp-Session-Id: lossy"],
+            answer,
+        );
+    } else if body.contains("tools/call") {
+        let id: Value = serde_json::from_str::<Value>(&body).unwrap()["id"].clone();
+        let mut sse = String::new();
+        for progress in [1, 2, 4, 5] {
+            sse.push_str(&format!(
+                "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":\"bench\",\"progress\":{progress},\"total\":5}}}}\n\n"
+            ));
+        }
+        sse.push_str(&format!(
+            "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"counted 5\"}}]}}}}\n\n"
+        ));
+        respond(&mut stream, "200 OK", "text/event-stream", &[], &sse);
+    } else {
+        respond(&mut stream, "202 Accepted", "text/plain", &[], "");
+    }
+}
