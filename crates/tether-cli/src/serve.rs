@@ -149,9 +149,9 @@ pub(crate) struct ServeArgs {
     max_sessions: usize,
 
     /// Live sessions of one principal (a bearer token's) at most; its further `initialize`s
-    /// get 503 while other principals can still start sessions.
-    #[arg(long, value_name = "N", default_value_t = tether::server::DEFAULT_MAX_SESSIONS, value_parser = parse_positive_usize)]
-    max_sessions_per_principal: usize,
+    /// get 503 while other principals can still start sessions. Default: `--max-sessions`.
+    #[arg(long, value_name = "N", value_parser = parse_positive_usize)]
+    max_sessions_per_principal: Option<usize>,
 
     /// Requests in flight per session at most; more get 429 with `Retry-After`.
     #[arg(long, value_name = "N", default_value_t = tether::server::DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION, value_parser = parse_positive_usize)]
@@ -340,7 +340,8 @@ impl ServeArgs {
         config.session_idle = Duration::from_secs(self.session_idle_secs);
         config.poll_after = self.poll_after_secs.map(Duration::from_secs);
         config.max_sessions = self.max_sessions;
-        config.max_sessions_per_principal = self.max_sessions_per_principal;
+        config.max_sessions_per_principal =
+            self.max_sessions_per_principal.unwrap_or(self.max_sessions);
         config.max_concurrent_requests_per_session = self.max_requests_per_session;
         config.max_body_bytes = self.max_body_bytes;
         config.max_event_bytes = self.max_event_bytes;
