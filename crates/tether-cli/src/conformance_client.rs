@@ -15,13 +15,12 @@
 //! and answering server requests are the library's. Exit codes: 0 the scenario ran to its
 //! end, 1 it failed (the error is on stderr), 2 an unknown or missing scenario.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tether::client::{Client, ClientConfig, ClientEvent, MessageStream, ServerRequestHandler};
 use tether::proto::jsonrpc::{
@@ -351,23 +350,14 @@ fn result_text(result: &Value) -> String {
 /// (this client opens no browser).
 struct AcceptDefaults;
 
-// Written out as `#[async_trait]` expands it, so that this crate needs no macro dependency
-// for one handler whose answer is computed synchronously.
+#[async_trait]
 impl ServerRequestHandler for AcceptDefaults {
     fn accepts(&self, request: &Request) -> bool {
         request.method == "elicitation/create"
     }
 
-    fn handle<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        request: &'life1 Request,
-    ) -> Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send + 'async_trait>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let answer = match elicit_defaults(request.params.as_ref().unwrap_or(&Value::Null)) {
+    async fn handle(&self, request: &Request) -> Result<Value, ErrorObject> {
+        match elicit_defaults(request.params.as_ref().unwrap_or(&Value::Null)) {
             Ok(result) => {
                 println!("elicitation/create answered: {result}");
                 Ok(result)
@@ -376,8 +366,7 @@ impl ServerRequestHandler for AcceptDefaults {
                 println!("elicitation/create refused: {why}");
                 Err(ErrorObject::new(INVALID_PARAMS, why))
             }
-        };
-        Box::pin(std::future::ready(answer))
+        }
     }
 }
 
