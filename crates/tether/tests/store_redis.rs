@@ -137,6 +137,18 @@ fn progress(n: usize) -> Vec<u8> {
         .into_bytes()
 }
 
+/// A Request stream of `owner` on `store`, answering request `id`.
+async fn request_stream(
+    store: &impl EventStore,
+    owner: &StreamOwner,
+    id: impl Into<RequestId>,
+) -> StreamId {
+    store
+        .create_stream(owner, StreamKind::Request, RETRY, &[id.into()])
+        .await
+        .unwrap()
+}
+
 /// Two nodes on one Redis and prefix, with their own node ids.
 async fn two_nodes() -> (Arc<redis::RedisEventStore>, Arc<redis::RedisEventStore>) {
     let prefix = fresh_prefix();
@@ -496,15 +508,7 @@ async fn a_dead_nodes_open_streams_are_reported_to_another_node_once_its_lease_l
         .await
         .unwrap();
     a.append(stream, &progress(1)).await.unwrap();
-    let finished = a
-        .create_stream(
-            &owner,
-            StreamKind::Request,
-            RETRY,
-            &[RequestId::from(3_i64)],
-        )
-        .await
-        .unwrap();
+    let finished = request_stream(&a, &owner, 3_i64).await;
     a.complete(finished).await.unwrap();
 
     drop(a);
@@ -566,15 +570,7 @@ async fn concurrent_pollers_each_orphan_is_reported_exactly_once() {
     for n in 0..STREAMS {
         // Several sessions, as a real node has.
         let owner = owner();
-        let stream = a
-            .create_stream(
-                &owner,
-                StreamKind::Request,
-                RETRY,
-                &[RequestId::from(n as i64)],
-            )
-            .await
-            .unwrap();
+        let stream = request_stream(&a, &owner, n as i64).await;
         a.append(stream, &progress(n)).await.unwrap();
         expected.insert(stream);
     }
@@ -618,15 +614,7 @@ async fn a_live_nodes_open_streams_are_never_reported() {
     let (a, _) = redis::open(leased(&prefix, "node-a")).await.unwrap();
     let (b, _) = redis::open(leased(&prefix, "node-b")).await.unwrap();
     let owner = owner();
-    let stream = a
-        .create_stream(
-            &owner,
-            StreamKind::Request,
-            RETRY,
-            &[RequestId::from(1_i64)],
-        )
-        .await
-        .unwrap();
+    let stream = request_stream(&a, &owner, 1_i64).await;
     let until = tokio::time::Instant::now() + LEASE * 3 + LEASE / 2;
     while tokio::time::Instant::now() < until {
         assert_eq!(b.orphaned_streams().await.unwrap(), [], "A is alive");
@@ -646,15 +634,7 @@ async fn an_orphan_claimed_by_a_node_that_dies_passes_to_the_next() {
     let (a, _) = redis::open(leased(&prefix, "node-a")).await.unwrap();
     let (b, _) = redis::open(leased(&prefix, "node-b")).await.unwrap();
     let owner = owner();
-    let stream = a
-        .create_stream(
-            &owner,
-            StreamKind::Request,
-            RETRY,
-            &[RequestId::from(1_i64)],
-        )
-        .await
-        .unwrap();
+    let stream = request_stream(&a, &owner, 1_i64).await;
     drop(a);
     let claimed = first_orphans(&b, LEASE * 5).await;
     assert_eq!(claimed.len(), 1);

@@ -256,8 +256,8 @@ async fn drive_stream(
     }
     while let Some(done) = running.join_next().await {
         let Ok(Some(response)) = done else { continue };
-        let response = Message::Response(runtime.fit(response));
-        let stored = persist(&runtime, || runtime.append(stream, &response)).await;
+        let bytes = runtime.response_bytes(&response);
+        let stored = persist(&runtime, || runtime.append_bytes(stream, &bytes)).await;
         if let Err(error) = stored {
             if runtime.is_closed() {
                 tracing::debug!(%error, "response dropped: session ended");

@@ -133,79 +133,81 @@ impl std::fmt::Debug for Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        /// Registers `metric` under `name` and hands it back.
+        fn add<M: Clone + prometheus_client::registry::Metric>(
+            registry: &mut Registry,
+            name: &str,
+            help: &str,
+            metric: M,
+        ) -> M {
+            registry.register(name, help, metric.clone());
+            metric
+        }
         let mut registry = Registry::with_prefix("tether");
-        let metrics = Self {
-            events_appended: Counter::default(),
-            bytes_appended: Counter::default(),
-            events_sent: Family::default(),
-            resumes: Family::default(),
-            responses: Family::default(),
-            orphans_answered: Counter::default(),
-            open_streams: Gauge::default(),
-            sessions: Gauge::default(),
-            sessions_stored: Gauge::default(),
-            retained_events: Gauge::default(),
-            retained_bytes: Gauge::default(),
-            registry: Registry::default(),
-        };
-        registry.register(
-            "events_appended",
-            "Events stored (each is stored before it is sent)",
-            metrics.events_appended.clone(),
-        );
-        registry.register(
-            "event_bytes_appended",
-            "Bytes of SSE frames stored",
-            metrics.bytes_appended.clone(),
-        );
-        registry.register(
-            "events_sent",
-            "Events written to connections, by the kind of connection",
-            metrics.events_sent.clone(),
-        );
-        registry.register(
-            "resumes",
-            "GET requests with Last-Event-ID, by outcome",
-            metrics.resumes.clone(),
-        );
-        registry.register(
-            "responses",
-            "Answers on the MCP path, by method and status",
-            metrics.responses.clone(),
-        );
-        registry.register(
-            "orphaned_requests_answered",
-            "Requests a dead process left unanswered, answered with an error",
-            metrics.orphans_answered.clone(),
-        );
-        registry.register(
-            "open_streams",
-            "SSE connections open",
-            metrics.open_streams.clone(),
-        );
-        registry.register(
-            "sessions",
-            "Sessions this node holds state for",
-            metrics.sessions.clone(),
-        );
-        registry.register(
-            "sessions_stored",
-            "Sessions in the session store (all nodes sharing it)",
-            metrics.sessions_stored.clone(),
-        );
-        registry.register(
-            "retained_events",
-            "Events retained for the sessions this node holds",
-            metrics.retained_events.clone(),
-        );
-        registry.register(
-            "retained_bytes",
-            "Bytes retained for the sessions this node holds",
-            metrics.retained_bytes.clone(),
-        );
+        let r = &mut registry;
         Self {
+            events_appended: add(
+                r,
+                "events_appended",
+                "Events stored (each is stored before it is sent)",
+                Counter::default(),
+            ),
+            bytes_appended: add(
+                r,
+                "event_bytes_appended",
+                "Bytes of JSON-RPC messages stored",
+                Counter::default(),
+            ),
+            events_sent: add(
+                r,
+                "events_sent",
+                "Events written to connections, by the kind of connection",
+                Family::default(),
+            ),
+            resumes: add(
+                r,
+                "resumes",
+                "GET requests with Last-Event-ID, by outcome",
+                Family::default(),
+            ),
+            responses: add(
+                r,
+                "responses",
+                "Answers on the MCP path, by method and status",
+                Family::default(),
+            ),
+            orphans_answered: add(
+                r,
+                "orphaned_requests_answered",
+                "Requests a dead process left unanswered, answered with an error",
+                Counter::default(),
+            ),
+            open_streams: add(r, "open_streams", "SSE connections open", Gauge::default()),
+            sessions: add(
+                r,
+                "sessions",
+                "Sessions this node holds state for",
+                Gauge::default(),
+            ),
+            sessions_stored: add(
+                r,
+                "sessions_stored",
+                "Sessions in the session store (all nodes sharing it)",
+                Gauge::default(),
+            ),
+            retained_events: add(
+                r,
+                "retained_events",
+                "Events retained for the sessions this node holds",
+                Gauge::default(),
+            ),
+            retained_bytes: add(
+                r,
+                "retained_bytes",
+                "Bytes retained for the sessions this node holds",
+                Gauge::default(),
+            ),
             registry,
-            ..metrics
         }
     }
 }

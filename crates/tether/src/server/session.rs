@@ -149,24 +149,47 @@ impl SessionRuntime {
         stream: StreamId,
         message: &Message,
     ) -> Result<EventId, StoreError> {
-        let bytes = message.to_vec();
+        self.append_bytes(stream, &message.to_vec()).await
+    }
+
+    /// [`append`](Self::append) of a message already serialized.
+    pub(crate) async fn append_bytes(
+        &self,
+        stream: StreamId,
+        bytes: &[u8],
+    ) -> Result<EventId, StoreError> {
         if bytes.len() > self.max_event_bytes {
             tracing::warn!(session = %self.record.id, bytes = bytes.len(), limit = self.max_event_bytes, "message over the event size limit");
             return Err(StoreError::EventTooLarge);
         }
-        let id = self.events.append(stream, &bytes).await?;
+        let id = self.events.append(stream, bytes).await?;
         tracing::trace!(session = %self.record.id, stream = %stream, seq = id.seq, "appended");
         Ok(id)
     }
 
-    /// `response`, or, when it is over the event size limit, a JSON-RPC error in its place
-    /// (-32603, `data.reason` `"too_large"`): the client learns that its request was answered
-    /// and why it cannot have the answer, instead of waiting for one that never comes.
+    /// `response` serialized (once) for its stream, or, when it is over the event size limit,
+    /// a JSON-RPC error in its place (-32603, `data.reason` `"too_large"`): the client learns
+    /// that its request was answered and why it cannot have the answer, instead of waiting
+    /// for one that never comes.
+    pub(crate) fn response_bytes(&self, response: &Response) -> Vec<u8> {
+        let bytes = response.to_vec();
+        if bytes.len() <= self.max_event_bytes {
+            return bytes;
+        }
+        self.too_large(response, bytes.len()).to_vec()
+    }
+
+    /// [`response_bytes`](Self::response_bytes) for a JSON answer, which needs the response
+    /// itself.
     pub(crate) fn fit(&self, response: Response) -> Response {
-        let size = Message::Response(response.clone()).to_vec().len();
+        let size = response.to_vec().len();
         if size <= self.max_event_bytes {
             return response;
         }
+        self.too_large(&response, size)
+    }
+
+    fn too_large(&self, response: &Response, size: usize) -> Response {
         let error = ErrorObject::new(INTERNAL_ERROR, "response too large to send").with_data(
             serde_json::json!({"reason": "too_large", "bytes": size, "limit": self.max_event_bytes}),
         );
