@@ -3,9 +3,10 @@
 //! `retry` and empty `data` for a stream's priming event. Backends own where frames live,
 //! not what they look like.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut as _, Bytes, BytesMut};
 use tether_proto::ids::{EventId, StreamId};
 use tether_sse::EventFrame;
 
@@ -27,8 +28,30 @@ pub(crate) fn validate(message: &[u8]) -> Result<&str, StoreError> {
 
 /// `event: message`, `id`, one `data` line, blank line. `message` has passed [`validate`].
 pub(crate) fn message_frame(id: EventId, message: &str) -> Bytes {
-    let id = id.to_string();
-    encode(&EventFrame::with_data(message).event("message").id(&id))
+    let mut frame = BytesMut::with_capacity(message_frame_capacity(message));
+    write_message_frame(&mut frame, id, message);
+    frame.freeze()
+}
+
+/// Appends [`message_frame`]'s bytes to `out`, which must have
+/// [`message_frame_capacity`] spare bytes, so that a store can cut many frames out of one
+/// allocation.
+///
+/// The layout [`EventFrame`] writes (a test holds them equal), written directly: this runs
+/// for every event, and a validated message and an id need none of the encoder's checks or
+/// line splitting.
+pub(crate) fn write_message_frame(out: &mut BytesMut, id: EventId, message: &str) {
+    out.put_slice(b"event: message\nid: ");
+    write!(out, "{id}").expect("writing to memory cannot fail");
+    out.put_slice(b"\ndata: ");
+    out.put_slice(message.as_bytes());
+    out.put_slice(b"\n\n");
+}
+
+/// The most bytes [`message_frame`] writes for `message`: the fields' names and line breaks
+/// (28) and the longest event id (22-character stream id, `:`, 20-digit seq) around it.
+pub(crate) const fn message_frame_capacity(message: &str) -> usize {
+    28 + 22 + 1 + 20 + message.len()
 }
 
 /// `id`, `retry` and empty `data`, which a client dispatches as an event with empty data and
@@ -63,4 +86,29 @@ fn encode(frame: &EventFrame<'_>) -> Bytes {
         .encode_into(&mut buf)
         .expect("event ids and the event type hold no line break or nul");
     buf.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_frames_are_what_the_encoder_writes() {
+        let stream = StreamId::generate();
+        for (seq, message) in [
+            (1, r#"{"jsonrpc":"2.0","method":"notifications/progress"}"#),
+            (u64::MAX, "{}"),
+            (42, r#"{"text":"caf\u00e9 \u2014 ünïcode"}"#),
+        ] {
+            let id = EventId::new(stream, seq);
+            let expected = encode(
+                &EventFrame::with_data(message)
+                    .event("message")
+                    .id(&id.to_string()),
+            );
+            let frame = message_frame(id, message);
+            assert_eq!(frame, expected);
+            assert!(frame.len() <= message_frame_capacity(message));
+        }
+    }
 }

@@ -10,20 +10,20 @@
 //! and inserts. Locks are always taken in the order sessions → shard → tombstones → index,
 //! and never across an `.await`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tether_proto::ids::{EventId, SessionId, StreamId};
 use tether_proto::jsonrpc::RequestId;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{MemoryStoreConfig, guard};
+use super::{FastMap, MemoryStoreConfig, guard};
 use crate::store::frame;
 use crate::store::{
     EventStore, OrphanedStream, ReadBatch, SessionUsage, StoreError, StoredEvent, StreamKind,
@@ -188,7 +188,7 @@ impl EventStore for MemoryEventStore {
         // Encoded under the session's lock because the frame carries the seq; only this
         // session's operations wait for it.
         let id = EventId::new(stream, log.next_seq());
-        let slot = Slot::message(id, message);
+        let slot = log.message_slot(id, message);
         let len = slot.frame.len();
         if len > shared.config.max_bytes_per_session {
             return Err(StoreError::EventTooLarge);
@@ -218,8 +218,7 @@ impl EventStore for MemoryEventStore {
         // Idempotent: completing twice is not an error, and must not restart retention.
         if !log.complete {
             log.complete = true;
-            log.progress
-                .send_modify(|progress| progress.complete = true);
+            log.wake_waiters();
             locked.state.completed.push_back((now, stream));
         }
         Ok(())
@@ -253,22 +252,27 @@ impl EventStore for MemoryEventStore {
         let Some(shard) = self.shared.shard_of(stream) else {
             return Ok(());
         };
-        let mut progress = {
-            let state = guard(&shard.state);
-            let Some(log) = state.streams.get(&stream) else {
+        // Registered under the session lock, after checking: every append or completion after
+        // the check sees `waiting` and wakes this `Notified`, which receives wake-ups from the
+        // moment it is created, so nothing stored between the check and the `.await` is
+        // missed. Dropping this future mid-wait loses nothing (cancel-safe); the stream's next
+        // append then wakes nobody, which costs nothing.
+        let wake;
+        let woken = {
+            let mut state = guard(&shard.state);
+            let Some(log) = state.streams.get_mut(&stream) else {
                 return Ok(());
             };
-            // Subscribed under the session lock: every append after this point changes the
-            // value watched, and `wait_for` checks the current value first, so an event stored
-            // before the call is not missed either. `StreamLog::push` relies on both to skip
-            // notifying when there is no receiver.
-            log.progress.subscribe()
+            if log.complete || log.last_seq() > after {
+                return Ok(());
+            }
+            log.waiting = true;
+            wake = Arc::clone(&log.wake);
+            wake.notified()
         };
-        // An error means the sender was dropped with its stream (session removed): the wait
-        // is over too. Dropping this future mid-wait loses nothing (cancel-safe).
-        let _ = progress
-            .wait_for(|progress| progress.satisfies(after))
-            .await;
+        // Woken by an append or the completion (both satisfy the wait), or by the log being
+        // dropped (stream removed, session gone: the next read says which).
+        woken.await;
         Ok(())
     }
 
@@ -286,7 +290,7 @@ impl EventStore for MemoryEventStore {
             }
             removed
         };
-        // Dropping the logs drops their watch senders, which ends every wait on them. Done
+        // Dropping the logs wakes every wait on them (`StreamLog`'s `Drop`). Done
         // after the locks are released, since it may free a lot of memory.
         drop(removed);
         Ok(())
@@ -313,9 +317,9 @@ struct Shared {
     config: MemoryStoreConfig,
     /// Each session's shard. Also what makes a session "alive" for tombstones: a tombstone of
     /// a removed session reads as `UnknownStream`, like the rest of that session.
-    sessions: Mutex<HashMap<SessionId, Arc<Shard>>>,
+    sessions: Mutex<FastMap<SessionId, Arc<Shard>>>,
     /// The shard holding each stream, for the operations addressed by stream id alone.
-    index: Mutex<HashMap<StreamId, Arc<Shard>>>,
+    index: Mutex<FastMap<StreamId, Arc<Shard>>>,
     tombstones: Mutex<Tombstones>,
 }
 
@@ -422,7 +426,7 @@ impl Shard {
 
 #[derive(Default)]
 struct SessionState {
-    streams: HashMap<StreamId, StreamLog>,
+    streams: FastMap<StreamId, StreamLog>,
     /// Kept equal to the sums over `streams`, so reading it and checking caps is O(1).
     usage: SessionUsage,
     /// The completed streams, oldest completion first: retention expires them from the front
@@ -525,7 +529,7 @@ impl Locked<'_> {
             state.usage.streams -= 1;
             state.usage.events -= log.slots.len();
             state.usage.bytes -= log.bytes;
-            self.removed.push((stream, log.principal));
+            self.removed.push((stream, Arc::clone(&log.principal)));
         }
     }
 }
@@ -558,7 +562,7 @@ impl Drop for Locked<'_> {
 /// Ids of removed streams and their owners, oldest removal first, at most `max` of them.
 #[derive(Default)]
 struct Tombstones {
-    owners: HashMap<StreamId, StreamOwner>,
+    owners: FastMap<StreamId, StreamOwner>,
     order: VecDeque<StreamId>,
 }
 
@@ -577,6 +581,12 @@ impl Tombstones {
     }
 }
 
+/// The first page a stream's frames are written into ([`StreamLog::message_slot`]).
+const MIN_PAGE: usize = 512;
+
+/// The largest page: a busy stream allocates once per this many bytes of frames.
+const MAX_PAGE: usize = 16 * 1024;
+
 /// One stream's retained events, `slots[i]` holding seq `first_seq + i`.
 struct StreamLog {
     principal: Arc<str>,
@@ -586,8 +596,19 @@ struct StreamLog {
     /// Sum of the frames' lengths.
     bytes: usize,
     complete: bool,
-    /// What waiters watch. Dropped with the log, which ends their waits.
-    progress: watch::Sender<Progress>,
+    /// Wakes the waiters of [`EventStore::wait_for_more`]; shared with them, since a waiter
+    /// awaits it after the session lock is released.
+    wake: Arc<Notify>,
+    /// Where the next frames are written: the unused end of an allocation shared with the
+    /// stream's recent frames (see [`message_slot`](Self::message_slot)).
+    page: BytesMut,
+    /// The size of the last page allocated; each new page doubles it, up to [`MAX_PAGE`].
+    page_size: usize,
+    /// A waiter registered since the last wake-up. Appends wake only then: a writer busy
+    /// writing what it read is not parked, and notifying it on every append of a fast
+    /// producer would cost a lock and a wake-up per event for nothing (it reads them all
+    /// in its next batch).
+    waiting: bool,
 }
 
 impl StreamLog {
@@ -599,10 +620,10 @@ impl StreamLog {
             slots: VecDeque::from([priming]),
             bytes,
             complete: false,
-            progress: watch::Sender::new(Progress {
-                last_seq: EventId::PRIMING_SEQ,
-                complete: false,
-            }),
+            wake: Arc::default(),
+            waiting: false,
+            page: BytesMut::new(),
+            page_size: MIN_PAGE / 2,
         }
     }
 
@@ -610,24 +631,47 @@ impl StreamLog {
         self.first_seq + self.slots.len() as u64
     }
 
+    /// The seq of the newest event appended (evicted or not). Never underflows: seq 0 is
+    /// stored at creation, and eviction moves `first_seq` past what it removes.
+    fn last_seq(&self) -> u64 {
+        self.next_seq() - 1
+    }
+
+    /// `message`'s slot, its frame written into the stream's current page and cut from it.
+    ///
+    /// One allocation per page instead of one per frame (and a reference count shared by the
+    /// page's frames, instead of one set up when a frame is first read), for a stream of
+    /// small events: progress. Pages start small and double, so a stream of two events keeps
+    /// a few hundred bytes, and a busy one allocates once per [`MAX_PAGE`]. A page lives until
+    /// the last of its frames is dropped; since a stream's frames leave in order, what a
+    /// stream holds beyond its frames' bytes (which the caps count) is its oldest page's
+    /// evicted part, its current page's unused part, and less than a frame at the end of each
+    /// page. Frames larger than a page get an allocation of their own.
+    fn message_slot(&mut self, id: EventId, message: &str) -> Slot {
+        let capacity = frame::message_frame_capacity(message);
+        if capacity > MAX_PAGE {
+            return Slot::message(frame::message_frame(id, message), message);
+        }
+        // After `split`, the page's capacity is what is left of it.
+        if self.page.capacity() < capacity {
+            self.page_size = (self.page_size * 2).min(MAX_PAGE);
+            self.page = BytesMut::with_capacity(self.page_size.max(capacity));
+        }
+        frame::write_message_frame(&mut self.page, id, message);
+        Slot::message(self.page.split().freeze(), message)
+    }
+
     fn push(&mut self, slot: Slot) {
-        let seq = self.next_seq();
         self.bytes += slot.frame.len();
         self.slots.push_back(slot);
-        // With nobody waiting, the value is updated silently: notifying would lock every
-        // notifier list of the watch for nothing, a cost paid on every append. Race-free
-        // because `push` runs under the session lock, and receivers are only ever created by
-        // `wait_for_more`, under that same lock (`Sender::new` creates none, none is cloned).
-        // So a count of 0 here means no receiver exists and none can until the lock is
-        // released; one created later sees this value, since `wait_for` checks the current
-        // value before waiting. (The version is left unchanged, which only `changed` and
-        // `has_changed` would notice; nothing here uses them.) With a receiver, even one
-        // being dropped, it is notified as before.
-        let notify = self.progress.receiver_count() > 0;
-        self.progress.send_if_modified(|progress| {
-            progress.last_seq = seq;
-            notify
-        });
+        self.wake_waiters();
+    }
+
+    /// Wakes the registered waiters, if any (under the session lock, like their registering).
+    fn wake_waiters(&mut self) {
+        if std::mem::take(&mut self.waiting) {
+            self.wake.notify_waiters();
+        }
     }
 
     fn read(
@@ -662,16 +706,11 @@ impl StreamLog {
     }
 }
 
-/// What a waiter on a stream watches.
-#[derive(Debug, Clone, Copy)]
-struct Progress {
-    last_seq: u64,
-    complete: bool,
-}
-
-impl Progress {
-    fn satisfies(self, after: u64) -> bool {
-        self.complete || self.last_seq > after
+impl Drop for StreamLog {
+    /// A removed stream (expired, evicted, its session gone) ends its waits: the waiters read
+    /// again and learn why.
+    fn drop(&mut self) {
+        self.wake_waiters();
     }
 }
 
@@ -683,9 +722,8 @@ struct Slot {
 }
 
 impl Slot {
-    /// A message's frame; `message` has passed [`frame::validate`].
-    fn message(id: EventId, message: &str) -> Self {
-        let frame = frame::message_frame(id, message);
+    /// A message's slot, given the frame made of it.
+    fn message(frame: Bytes, message: &str) -> Self {
         let data_at = frame.len() - 2 - message.len();
         Self { frame, data_at }
     }

@@ -8,17 +8,25 @@
 //!
 //! Locking: one `std::sync::Mutex` per session holds that session's streams, so sessions never
 //! wait for each other except on short map look-ups, and caps (which are per session) are
-//! enforced under one lock. No lock is held across an `.await`: waiting for events goes
-//! through a `tokio::sync::watch` channel per stream.
+//! enforced under one lock. No lock is held across an `.await`: a waiter registers under the
+//! session lock and awaits a `tokio::sync::Notify` of its stream, which an append wakes only
+//! when someone registered since the last wake-up.
 
 mod events;
 mod sessions;
 
 use crate::lock as guard;
+use std::collections::HashMap;
 use std::time::Duration;
 
 pub use events::MemoryEventStore;
 pub use sessions::MemorySessionStore;
+
+/// The maps of this backend, looked up on every append and read. Keys are ids the server
+/// generated (a client can only look up, never insert, one of its choosing), so the
+/// default hasher's protection against chosen collisions buys nothing for its cost; foldhash
+/// keeps a per-map random seed all the same.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Bounds and retention of a [`MemoryEventStore`]. Every field has a named default; see each
 /// constant for why that value.

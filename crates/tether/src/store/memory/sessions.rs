@@ -3,7 +3,6 @@
 //! It owns idle expiry's bookkeeping; it does not decide the idle limit (the server's config)
 //! or drop a session's streams (the server calls the event store for that).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -11,14 +10,14 @@ use async_trait::async_trait;
 use tether_proto::ids::SessionId;
 use tokio::time::Instant;
 
-use super::guard;
+use super::{FastMap, guard};
 use crate::store::{SessionRecord, SessionStore, StoreError};
 
 /// The in-process [`SessionStore`]. Times are `tokio::time::Instant`s, so idle expiry follows
 /// tokio's clock (and paused time in tests).
 #[derive(Debug, Default)]
 pub struct MemorySessionStore {
-    sessions: Mutex<HashMap<SessionId, Entry>>,
+    sessions: Mutex<FastMap<SessionId, Entry>>,
 }
 
 #[derive(Debug)]
