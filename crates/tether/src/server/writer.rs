@@ -272,19 +272,17 @@ impl Writer {
                 }
             };
             let read_any = !batch.events.is_empty();
-            let mut chunk = BytesMut::new();
-            let mut written = 0;
+            let mut frames = Vec::with_capacity(batch.events.len());
             for event in &batch.events {
                 self.cursor = event.id.seq;
                 if event.is_priming() && !self.send_priming {
                     continue;
                 }
-                chunk.extend_from_slice(&event.frame);
-                written += 1;
+                frames.push(&event.frame);
                 self.sent_id = true;
             }
-            if written > 0 {
-                self.metrics.event_sent(self.kind, written);
+            if !frames.is_empty() {
+                self.metrics.event_sent(self.kind, frames.len() as u64);
             }
             if read_any {
                 tracing::debug!(
@@ -293,18 +291,20 @@ impl Writer {
                     "events written"
                 );
             }
+            let mut tail = None;
             if batch.complete {
                 // T9: the stream's last event (its final response) is in this chunk; the
                 // response ends after it.
                 self.finished = true;
             } else if let Some(close) = closing {
-                chunk.extend_from_slice(&self.close_with_retry(close));
+                tail = Some(self.close_with_retry(close));
             }
+            let chunk = concat(&frames, tail);
             if !chunk.is_empty() {
                 if self.is_standalone {
                     self.runtime.advance_standalone_cursor(self.cursor);
                 }
-                return Some(chunk.freeze());
+                return Some(chunk);
             }
             if self.finished || read_any {
                 continue;
@@ -386,6 +386,25 @@ impl Writer {
         }
         self.finished = true;
         None
+    }
+}
+
+/// One chunk of `frames` then `tail`: the stored frame itself when it is alone (no copy),
+/// else one buffer of the exact size, so that a batch goes to the socket in one write.
+fn concat(frames: &[&Bytes], tail: Option<Bytes>) -> Bytes {
+    match (frames, tail) {
+        ([], tail) => tail.unwrap_or_default(),
+        ([frame], None) => Bytes::clone(frame),
+        (frames, tail) => {
+            let tail = tail.unwrap_or_default();
+            let size = frames.iter().map(|frame| frame.len()).sum::<usize>() + tail.len();
+            let mut chunk = BytesMut::with_capacity(size);
+            for frame in frames {
+                chunk.extend_from_slice(frame);
+            }
+            chunk.extend_from_slice(&tail);
+            chunk.freeze()
+        }
     }
 }
 
