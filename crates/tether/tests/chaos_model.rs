@@ -305,7 +305,7 @@ async fn run_store_ops(mut backend: Backend<'_>, ops: &[StoreOp]) -> Result<(), 
                 let got: Vec<(u64, Vec<u8>)> = batch
                     .events
                     .iter()
-                    .map(|e| (e.id.seq, e.message.to_vec()))
+                    .map(|e| (e.id.seq, e.message().to_vec()))
                     .collect();
                 let want: Vec<(u64, Vec<u8>)> = (from..=to)
                     .map(|seq| (seq as u64, s.messages[seq - 1].clone()))

@@ -10,6 +10,7 @@ use tether::store::{
     EventStore, MemoryEventStore, MemorySessionStore, MemoryStoreConfig, SessionRecord,
     SessionStore, SessionUsage, StoreError, StreamKind, StreamOwner,
 };
+use tether::sse::EventFrame;
 use tokio::time::Instant;
 
 #[cfg(feature = "testing")]
@@ -130,7 +131,7 @@ async fn one_event_cap_keeps_just_the_newest_event() {
     }
     let batch = events.read_after(&owner, stream, 2, 10).await.unwrap();
     assert_eq!(batch.events.len(), 1);
-    assert_eq!(&batch.events[0].message[..], b"3");
+    assert_eq!(batch.events[0].message(), b"3");
     assert_eq!(
         events.read_after(&owner, stream, 1, 10).await,
         Err(StoreError::Expired)
@@ -346,17 +347,72 @@ async fn frames_are_encoded_once_and_shared_by_every_read() {
         b.frame.as_ptr(),
         "same stored bytes, not a re-encoding"
     );
-    assert_eq!(a.message.as_ptr(), b.message.as_ptr());
+    assert_eq!(a.message().as_ptr(), b.message().as_ptr());
     // The message is a view into the frame, just after `data: `.
-    let offset = a.message.as_ptr() as usize - a.frame.as_ptr() as usize;
+    let offset = a.message().as_ptr() as usize - a.frame.as_ptr() as usize;
     assert_eq!(&a.frame[offset - 6..offset], b"data: ");
     assert_eq!(&a.frame[offset..offset + json.len()], json);
-    assert_eq!(&a.message[..], json);
+    assert_eq!(a.message(), json);
 
     let priming = &second.events[0];
-    assert!(priming.message.is_empty());
+    assert!(priming.message().is_empty());
     let again = events.read_from_start(&owner, stream, 1).await.unwrap();
     assert_eq!(priming.frame.as_ptr(), again.events[0].frame.as_ptr());
+}
+
+/// The store writes a stream's frames into shared pages that grow as the stream does, and
+/// gives a frame larger than a page an allocation of its own: whatever the sizes, every event
+/// reads back as exactly the frame the encoder writes, and reads share the stored bytes.
+#[tokio::test]
+async fn frames_of_every_size_read_back_exactly_across_pages() {
+    let events = MemoryEventStore::default();
+    let owner = owner();
+    let stream = events
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
+        .await
+        .unwrap();
+    // Small and growing frames fill and roll over pages of every size; a few are larger than
+    // the largest page (16 KiB).
+    let sizes: Vec<usize> = (0..400)
+        .map(|i| match i % 50 {
+            0 => 40_000,
+            7 => 16 * 1024 - 60,
+            _ => 1 + (i * 37) % 900,
+        })
+        .collect();
+    let messages: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let text = char::from(b'a' + u8::try_from(i % 26).unwrap()).to_string().repeat(size);
+            format!(r#"{{"i":{i},"t":"{text}"}}"#).into_bytes()
+        })
+        .collect();
+    for message in &messages {
+        events.append(stream, message).await.unwrap();
+    }
+    let mut read = Vec::new();
+    let mut after = 0;
+    loop {
+        let batch = events.read_after(&owner, stream, after, 64).await.unwrap();
+        let Some(last) = batch.events.last() else { break };
+        after = last.id.seq;
+        read.extend(batch.events);
+    }
+    assert_eq!(read.len(), messages.len());
+    for (event, message) in read.iter().zip(&messages) {
+        assert_eq!(event.message(), &message[..], "seq {}", event.id.seq);
+        let id = event.id.to_string();
+        let expected = EventFrame::with_data(std::str::from_utf8(message).unwrap())
+            .event("message")
+            .id(&id)
+            .encode()
+            .unwrap();
+        assert_eq!(event.frame, expected, "seq {}", event.id.seq);
+    }
+    // A second read hands out the same bytes, not copies.
+    let again = events.read_after(&owner, stream, 0, 1).await.unwrap();
+    assert_eq!(again.events[0].frame.as_ptr(), read[0].frame.as_ptr());
 }
 
 #[tokio::test]

@@ -231,7 +231,7 @@ async fn two_nodes_share_streams_and_wake_each_other() {
     a.append(stream, &progress(1)).await.unwrap();
     let batch = b.read_after(&owner, stream, 0, 10).await.unwrap();
     assert_eq!(batch.events.len(), 1);
-    assert_eq!(&batch.events[0].message[..], &progress(1)[..]);
+    assert_eq!(batch.events[0].message(), &progress(1)[..]);
 
     for (n, then_complete) in [(2, false), (3, true)] {
         let waiter = tokio::spawn({
@@ -304,7 +304,7 @@ async fn concurrent_appends_from_two_nodes_stay_gap_free() {
     let batch = b.read_after(&owner, stream, 0, usize::MAX).await.unwrap();
     let seqs: Vec<u64> = batch.events.iter().map(|event| event.id.seq).collect();
     assert_eq!(seqs, (1..=total).collect::<Vec<_>>(), "gap-free");
-    let mut bodies: Vec<&[u8]> = batch.events.iter().map(|e| &e.message[..]).collect();
+    let mut bodies: Vec<&[u8]> = batch.events.iter().map(|e| e.message()).collect();
     bodies.sort_unstable();
     bodies.dedup();
     assert_eq!(bodies.len() as u64, total, "every append stored once");

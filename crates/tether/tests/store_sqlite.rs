@@ -276,7 +276,7 @@ async fn the_server_answers_only_the_unanswered_requests_of_an_orphan() {
     assert!(batch.complete, "the orphan is completed");
     let messages: Vec<serde_json::Value> = batch.events[1..]
         .iter()
-        .map(|event| serde_json::from_slice(&event.message).unwrap())
+        .map(|event| serde_json::from_slice(event.message()).unwrap())
         .collect();
     assert_eq!(messages.len(), 3, "{messages:?}");
     assert_eq!(messages[1]["id"], 1);

@@ -130,7 +130,7 @@ async fn collect_json(
             .await?;
         for event in &batch.events {
             cursor = event.id.seq;
-            let message = serde_json::from_slice::<Value>(&event.message)
+            let message = serde_json::from_slice::<Value>(event.message())
                 .ok()
                 .and_then(|value| Message::from_value(value).ok());
             if let Some(Message::Response(response)) = message {

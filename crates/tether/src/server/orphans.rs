@@ -105,7 +105,7 @@ async fn stored_response_ids(
     loop {
         for event in &batch.events {
             // Stored messages are the server's own, one JSON-RPC message each.
-            if let Some(Ok(Message::Response(response))) = stdio::parse_line(&event.message)
+            if let Some(Ok(Message::Response(response))) = stdio::parse_line(event.message())
                 && let Some(id) = response.id()
             {
                 answered.insert(id.clone());

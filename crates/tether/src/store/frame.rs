@@ -3,7 +3,6 @@
 //! `retry` and empty `data` for a stream's priming event. Backends own where frames live,
 //! not what they look like.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::{BufMut as _, Bytes, BytesMut};
@@ -20,7 +19,7 @@ pub(crate) fn validate(message: &[u8]) -> Result<&str, StoreError> {
     }
     // The encoder would split a message at CR or LF over several `data:` lines, which a reader
     // joins with LF: the client would get a different message than the one stored.
-    if message.iter().any(|&b| b == b'\r' || b == b'\n') {
+    if memchr::memchr2(b'\r', b'\n', message).is_some() {
         return Err(StoreError::InvalidMessage("contains a line break"));
     }
     std::str::from_utf8(message).map_err(|_| StoreError::InvalidMessage("not UTF-8"))
@@ -42,7 +41,10 @@ pub(crate) fn message_frame(id: EventId, message: &str) -> Bytes {
 /// line splitting.
 pub(crate) fn write_message_frame(out: &mut BytesMut, id: EventId, message: &str) {
     out.put_slice(b"event: message\nid: ");
-    write!(out, "{id}").expect("writing to memory cannot fail");
+    // `id`'s Display, without the formatting machinery.
+    out.put_slice(id.stream.as_str().as_bytes());
+    out.put_u8(b':');
+    out.put_slice(itoa::Buffer::new().format(id.seq).as_bytes());
     out.put_slice(b"\ndata: ");
     out.put_slice(message.as_bytes());
     out.put_slice(b"\n\n");
@@ -62,22 +64,13 @@ pub(crate) fn priming_frame(stream: StreamId, retry: Duration) -> Bytes {
     encode(&EventFrame::with_data("").id(&id).retry(retry_ms))
 }
 
-/// The JSON-RPC message inside a frame built here, as a slice of it (no copy): the last
-/// line's value, before the blank line. `data_len` is the message's length when known (the
-/// memory store keeps it), else the `data` line is found by searching.
-#[cfg(any(feature = "sqlite", feature = "redis"))]
-pub(crate) fn message_in(frame: &Bytes, data_len: Option<usize>) -> Bytes {
+/// Where the JSON-RPC message starts in a frame built here: the last line's value, before the
+/// blank line (its end, for a priming event's empty data).
+pub(crate) fn message_start(frame: &[u8]) -> usize {
+    // The data line comes last, after `event`, `id` and `retry`, none of which holds
+    // "\ndata: ".
     let end = frame.len().saturating_sub(2);
-    let start = match data_len {
-        Some(len) => end.saturating_sub(len),
-        // The data line comes last, after `event`, `id` and `retry`, none of which holds
-        // "\ndata: ".
-        None => frame
-            .windows(7)
-            .rposition(|w| w == b"\ndata: ")
-            .map_or(end, |at| at + 7),
-    };
-    frame.slice(start.min(end)..end)
+    memchr::memmem::rfind(frame, b"\ndata: ").map_or(end, |at| at + 7)
 }
 
 fn encode(frame: &EventFrame<'_>) -> Bytes {

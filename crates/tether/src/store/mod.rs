@@ -86,11 +86,30 @@ pub struct StoredEvent {
     /// The complete SSE frame: `event: message`, `id`, `data` and the blank line; for the
     /// priming event (seq 0), `id`, `retry` and an empty `data`.
     pub frame: Bytes,
-    /// The JSON-RPC message (a slice of `frame`, no copy); empty for the priming event.
-    pub message: Bytes,
+    /// Where the message starts in `frame`. An offset rather than a second `Bytes`: every
+    /// read hands out events, and most readers (the writers) want only the frame.
+    message_at: usize,
 }
 
 impl StoredEvent {
+    /// An event read from a store; `frame` was built by `store::frame`. `message_at` is where
+    /// its `data` value starts, when the store knows it; else it is found in the frame.
+    pub(crate) fn new(id: EventId, frame: Bytes, message_at: Option<usize>) -> Self {
+        let message_at = message_at.unwrap_or_else(|| frame::message_start(&frame));
+        Self {
+            id,
+            frame,
+            message_at,
+        }
+    }
+
+    /// The JSON-RPC message (a view of `frame`, no copy); empty for the priming event.
+    #[must_use]
+    pub fn message(&self) -> &[u8] {
+        let end = self.frame.len().saturating_sub(2);
+        &self.frame[self.message_at.min(end)..end]
+    }
+
     /// Whether this is the stream's priming event (seq 0, empty data).
     #[must_use]
     pub fn is_priming(&self) -> bool {

@@ -660,13 +660,7 @@ impl SessionStore for SqliteSessionStore {
 
 /// A stored frame as an event: the message is the `data` line's value.
 fn stored_event(id: EventId, frame: Vec<u8>) -> StoredEvent {
-    let frame = Bytes::from(frame);
-    let message = if id.seq == EventId::PRIMING_SEQ {
-        Bytes::new()
-    } else {
-        frame::message_in(&frame, None)
-    };
-    StoredEvent { id, frame, message }
+    StoredEvent::new(id, Bytes::from(frame), None)
 }
 
 /// One read, in one read transaction so the stream row and its events agree.

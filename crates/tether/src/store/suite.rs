@@ -72,6 +72,7 @@ macro_rules! __store_suite_checks {
                 messages_that_are_not_one_line_are_refused,
                 wait_returns_at_once_when_already_satisfied,
                 wait_wakes_on_append,
+                wait_wakes_after_an_abandoned_wait,
                 wait_wakes_on_complete,
                 wait_wakes_on_remove_session,
                 concurrent_appends_keep_seqs_gap_free,
@@ -307,7 +308,7 @@ pub async fn append_then_read_in_order<E: AsyncFn(Caps) -> Arc<dyn EventStore>>(
     for (event, json) in batch.events.iter().zip(&messages) {
         assert!(!event.is_priming());
         assert_eq!(event.id.stream, stream);
-        assert_eq!(&event.message[..], &json[..], "message of {}", event.id);
+        assert_eq!(event.message(), &json[..], "message of {}", event.id);
         assert_eq!(
             &event.frame[..],
             &message_frame(event.id, json)[..],
@@ -383,7 +384,7 @@ pub async fn priming_event_is_seq_zero_with_retry<E: AsyncFn(Caps) -> Arc<dyn Ev
     );
     let priming = &batch.events[0];
     assert!(priming.is_priming());
-    assert!(priming.message.is_empty(), "priming message is empty");
+    assert!(priming.message().is_empty(), "priming message is empty");
     assert_eq!(
         &priming.frame[..],
         format!("id: {stream}:0\nretry: 1500\ndata: \n\n").as_bytes()
@@ -466,6 +467,30 @@ pub async fn wait_wakes_on_append<E: AsyncFn(Caps) -> Arc<dyn EventStore>>(new_e
     let waiter = start_waiter(&events, stream, 1).await;
     append(&*events, stream, &message("wake", 2)).await;
     assert_waiter_returns(waiter, false, "a second event was appended").await;
+}
+
+/// A wait given up before anything arrived (its future dropped, as a writer's is when its
+/// client goes away) leaves no trace: the next waiter is woken by the next append.
+pub async fn wait_wakes_after_an_abandoned_wait<E: AsyncFn(Caps) -> Arc<dyn EventStore>>(
+    new_events: &E,
+) {
+    let events = new_events(Caps::ROOMY).await;
+    let owner = fresh_owner();
+    let stream = create(&*events, &owner).await;
+    let abandoned = start_waiter(&events, stream, 0).await;
+    abandoned.abort();
+    assert!(abandoned.await.is_err_and(|error| error.is_cancelled()));
+    let waiter = start_waiter(&events, stream, 0).await;
+    append(&*events, stream, &message("after-abandon", 1)).await;
+    assert_waiter_returns(waiter, false, "an event was appended after an abandoned wait").await;
+
+    // Two waiters on one stream (a replaced connection's writer still waiting beside the new
+    // one) are both woken.
+    let first = start_waiter(&events, stream, 1).await;
+    let second = start_waiter(&events, stream, 1).await;
+    append(&*events, stream, &message("after-abandon", 2)).await;
+    assert_waiter_returns(first, false, "first of two waiters").await;
+    assert_waiter_returns(second, false, "second of two waiters").await;
 }
 
 /// A waiter at the end of the stream wakes when the stream completes.
@@ -559,7 +584,7 @@ pub async fn concurrent_appends_keep_seqs_gap_free<E: AsyncFn(Caps) -> Arc<dyn E
             let mine: Vec<&[u8]> = batch
                 .events
                 .iter()
-                .map(|event| &event.message[..])
+                .map(|event| event.message())
                 .filter(|json| json.windows(needle.len()).any(|w| w == needle.as_bytes()))
                 .collect();
             let expected: Vec<Vec<u8>> = (0..APPENDS_PER_TASK).map(|n| message(&tag, n)).collect();
@@ -1127,7 +1152,7 @@ pub async fn reopen_loses_nothing_acknowledged<O: AsyncFn() -> Stores>(open: &O)
     };
     let mut stored: Vec<Vec<u8>> = before_live.events[1..]
         .iter()
-        .map(|event| event.message.to_vec())
+        .map(|event| event.message().to_vec())
         .collect();
     let mut appended: Vec<Vec<u8>> = (0..4)
         .flat_map(|task| (0..N / 4).map(move |n| message("reopen", task * N + n)))

@@ -77,7 +77,7 @@ impl MemoryEventStore {
         let shards: Vec<Arc<Shard>> = guard(&self.shared.sessions).values().cloned().collect();
         shards
             .iter()
-            .map(|shard| self.shared.lock(shard, now).removed.len())
+            .map(|shard| self.shared.lock_at(shard, now).removed.len())
             .sum()
     }
 
@@ -147,7 +147,7 @@ impl EventStore for MemoryEventStore {
                 .entry(owner.session.clone())
                 .or_insert_with(|| Arc::new(Shard::new(owner.session.clone()))),
         );
-        let mut locked = shared.lock(&shard, Instant::now());
+        let mut locked = shared.lock(&shard);
         drop(sessions);
 
         // Completed streams make room for new ones; only live streams count against the cap
@@ -177,7 +177,7 @@ impl EventStore for MemoryEventStore {
         let Some(shard) = shared.shard_of(stream) else {
             return Err(shared.gone_for_writer(stream));
         };
-        let mut locked = shared.lock(&shard, Instant::now());
+        let mut locked = shared.lock(&shard);
         let Some(log) = locked.state.streams.get_mut(&stream) else {
             drop(locked);
             return Err(shared.gone_for_writer(stream));
@@ -210,7 +210,7 @@ impl EventStore for MemoryEventStore {
             return shared.gone_for_completion(stream);
         };
         let now = Instant::now();
-        let mut locked = shared.lock(&shard, now);
+        let mut locked = shared.lock_at(&shard, now);
         let Some(log) = locked.state.streams.get_mut(&stream) else {
             drop(locked);
             return shared.gone_for_completion(stream);
@@ -302,7 +302,7 @@ impl EventStore for MemoryEventStore {
             return Ok(SessionUsage::default());
         };
         // Through `lock`, so streams past their retention are not counted.
-        let usage = shared.lock(&shard, Instant::now()).state.usage;
+        let usage = shared.lock(&shard).state.usage;
         Ok(usage)
     }
 
@@ -328,8 +328,18 @@ impl Shared {
         guard(&self.index).get(&stream).cloned()
     }
 
-    /// Locks `shard` and first removes its streams past retention at `now`.
-    fn lock<'a>(&'a self, shard: &'a Shard, now: Instant) -> Locked<'a> {
+    /// Locks `shard` and first removes its streams past retention. The clock is read only if
+    /// one of them completed, so appends and reads in a session with none do not pay for it.
+    fn lock<'a>(&'a self, shard: &'a Shard) -> Locked<'a> {
+        self.lock_when(shard, Instant::now)
+    }
+
+    /// [`lock`](Self::lock), with retention measured at `now`.
+    fn lock_at<'a>(&'a self, shard: &'a Shard, now: Instant) -> Locked<'a> {
+        self.lock_when(shard, || now)
+    }
+
+    fn lock_when<'a>(&'a self, shard: &'a Shard, now: impl FnOnce() -> Instant) -> Locked<'a> {
         let mut locked = Locked {
             shared: self,
             shard,
@@ -356,7 +366,7 @@ impl Shared {
         if shard.session != owner.session {
             return Err(StoreError::UnknownStream);
         }
-        let locked = self.lock(&shard, Instant::now());
+        let locked = self.lock(&shard);
         let Some(log) = locked.state.streams.get(&stream) else {
             drop(locked);
             return Err(self.gone_for_reader(owner, stream));
@@ -490,7 +500,11 @@ struct Locked<'a> {
 }
 
 impl Locked<'_> {
-    fn expire(&mut self, now: Instant) {
+    fn expire(&mut self, now: impl FnOnce() -> Instant) {
+        if self.state.completed.is_empty() {
+            return;
+        }
+        let now = now();
         let retention = self.shared.config.retention;
         while let Some(&(completed_at, stream)) = self.state.completed.front() {
             if now.saturating_duration_since(completed_at) < retention {
@@ -736,10 +750,6 @@ impl Slot {
     }
 
     fn event(&self, id: EventId) -> StoredEvent {
-        StoredEvent {
-            id,
-            frame: self.frame.clone(),
-            message: self.frame.slice(self.data_at..self.frame.len() - 2),
-        }
+        StoredEvent::new(id, self.frame.clone(), Some(self.data_at))
     }
 }

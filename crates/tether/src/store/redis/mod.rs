@@ -705,17 +705,11 @@ fn stored_event(stream: StreamId, entry: Value) -> Result<StoredEvent, StoreErro
     let Some(Value::BulkString(frame)) = fields.into_iter().nth(1) else {
         return Err(unexpected("stream entry frame"));
     };
-    let frame = Bytes::from(frame);
-    let message = if seq == EventId::PRIMING_SEQ {
-        Bytes::new()
-    } else {
-        frame::message_in(&frame, None)
-    };
-    Ok(StoredEvent {
-        id: EventId::new(stream, seq),
-        frame,
-        message,
-    })
+    Ok(StoredEvent::new(
+        EventId::new(stream, seq),
+        Bytes::from(frame),
+        None,
+    ))
 }
 
 /// The Redis [`EventStore`]. Cheap to share behind an `Arc`; dropping the last handle (this
