@@ -230,11 +230,14 @@ async fn count(args: CountArgs, context: &RequestContext) -> Result<Value, Error
     // n ≤ MAX_COUNT < 2^53, so every step is exact as an f64.
     let total = n as f64;
     for i in 1..=n {
-        if context.is_cancelled() {
-            return Err(cancelled());
-        }
         let emitted = if with_progress {
+            // Fails with `Cancelled` once the request is cancelled: no check of our own, as
+            // each takes a lock and this is the loop every benchmark drives.
             context.progress(i as f64, Some(total), None).await
+        } else if context.is_cancelled() {
+            // A log message below the session's level is not emitted, so nothing else would
+            // notice.
+            return Err(cancelled());
         } else {
             context
                 .log(
