@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tether::proto::ids::{SessionId, StreamId};
 use tether::proto::version::ProtocolVersion;
+use tether::sse::EventFrame;
 use tether::store::{
     EventStore, MemoryEventStore, MemorySessionStore, MemoryStoreConfig, SessionRecord,
     SessionStore, SessionUsage, StoreError, StreamKind, StreamOwner,
 };
-use tether::sse::EventFrame;
 use tokio::time::Instant;
 
 #[cfg(feature = "testing")]
@@ -384,7 +384,9 @@ async fn frames_of_every_size_read_back_exactly_across_pages() {
         .iter()
         .enumerate()
         .map(|(i, &size)| {
-            let text = char::from(b'a' + u8::try_from(i % 26).unwrap()).to_string().repeat(size);
+            let text = char::from(b'a' + u8::try_from(i % 26).unwrap())
+                .to_string()
+                .repeat(size);
             format!(r#"{{"i":{i},"t":"{text}"}}"#).into_bytes()
         })
         .collect();
@@ -395,7 +397,9 @@ async fn frames_of_every_size_read_back_exactly_across_pages() {
     let mut after = 0;
     loop {
         let batch = events.read_after(&owner, stream, after, 64).await.unwrap();
-        let Some(last) = batch.events.last() else { break };
+        let Some(last) = batch.events.last() else {
+            break;
+        };
         after = last.id.seq;
         read.extend(batch.events);
     }

@@ -482,7 +482,12 @@ pub async fn wait_wakes_after_an_abandoned_wait<E: AsyncFn(Caps) -> Arc<dyn Even
     assert!(abandoned.await.is_err_and(|error| error.is_cancelled()));
     let waiter = start_waiter(&events, stream, 0).await;
     append(&*events, stream, &message("after-abandon", 1)).await;
-    assert_waiter_returns(waiter, false, "an event was appended after an abandoned wait").await;
+    assert_waiter_returns(
+        waiter,
+        false,
+        "an event was appended after an abandoned wait",
+    )
+    .await;
 
     // Two waiters on one stream (a replaced connection's writer still waiting beside the new
     // one) are both woken.
