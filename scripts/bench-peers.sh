@@ -5,6 +5,7 @@
 #
 #   scripts/bench-peers.sh            # all targets
 #   N=20000 C=20 scripts/bench-peers.sh
+#   BEFORE=/tmp/before/target/release/tether scripts/bench-peers.sh   # before/after
 #
 # Targets, each on 127.0.0.1 with the `count` tool of CONTRACTS.md:
 #   tether   `tether serve --store memory` (release build, session and event caps raised)
@@ -18,8 +19,11 @@
 # each unpaced, then 20 paced events 50 ms apart) against every target; then tether alone:
 # resume (100 000 stored), idle (IDLE sessions), fanout with BIG_C sessions, store.
 # Environment: N (50000), RUNS (3), C (50), FANOUT_N (200), BIG_C (1000), IDLE (1000),
-# SKIP (space-separated targets to leave out). Output: a table on stdout; each scenario's
-# JSON under target/peers/bench-results/.
+# SKIP (space-separated targets to leave out), BEFORE (an older `tether` binary: served as
+# the target `before` with the same flags, measured in the same run by the same scenarios as
+# tether, and printed as after/before ratios; build one with `git worktree add /tmp/before
+# <commit> && (cd /tmp/before && cargo build --release -p tether-cli --bin tether)`).
+# Output: a table on stdout; each scenario's JSON under target/peers/bench-results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +34,7 @@ FANOUT_N=${FANOUT_N:-200}
 BIG_C=${BIG_C:-1000}
 IDLE=${IDLE:-1000}
 SKIP=${SKIP:-}
+BEFORE=${BEFORE:-}
 
 peers=target/peers
 out=$peers/bench-results
@@ -301,6 +306,7 @@ start() {
   shift
   RUST_LOG=warn "$@" >"$out/$name.stdout" 2>"$out/$name.stderr" &
   pids+=($!)
+  printf -v "PID_$name" '%s' "$!"
   for _ in $(seq 200); do
     if grep -q 'serving http' "$out/$name.stdout" 2>/dev/null; then
       printf -v "URL_$name" '%s' "$(grep -m1 -o 'http://[^ ]*' "$out/$name.stdout")"
@@ -316,8 +322,9 @@ targets=()
 want() { [[ " $SKIP " != *" $1 "* ]]; }
 # Room for the tether-only scenarios: resume stores 100 000 events in one session, idle may
 # hold more sessions than the default 1 024.
-want tether && start tether $tether serve --bind 127.0.0.1:0 --store memory \
-  --max-sessions 20000 --max-events-per-session 200000 && targets+=(tether)
+tether_flags=(serve --bind 127.0.0.1:0 --store memory --max-sessions 20000 --max-events-per-session 200000)
+want tether && start tether $tether "${tether_flags[@]}" && targets+=(tether)
+[ -n "$BEFORE" ] && start before "$BEFORE" "${tether_flags[@]}" && targets+=(before)
 want rmcp && start rmcp $peers/rmcp-bench/target/release/rmcp-bench --bind 127.0.0.1:0 && targets+=(rmcp)
 want ts && start ts $peers/node/node_modules/node/bin/node interop/ts/server.mjs --bind 127.0.0.1:0 && targets+=(ts)
 want python && start python $peers/py/bin/python interop/python/server.py --bind 127.0.0.1:0 && targets+=(python)
@@ -345,17 +352,24 @@ if want tether; then
   bench tether idle --spawn -s "$IDLE"
   bench tether store
 fi
+if [ -n "$BEFORE" ]; then
+  bench before resume --url "$URL_before"
+  bench before-big fanout --url "$URL_before" -c "$BIG_C" --n "$FANOUT_N"
+  # A fresh server, as `--spawn` gives tether: RSS measured from an unused process.
+  start before_idle "$BEFORE" "${tether_flags[@]}"
+  bench before idle --url "$URL_before_idle" --pid "$PID_before_idle" -s "$IDLE"
+fi
 
-python3 - "$out" "$N" "$C" "$BIG_C" <<'PY_EOF'
+python3 - "$out" "$N" "$C" "$BIG_C" "$BEFORE" <<'PY_EOF'
 import json, pathlib, sys
-out, n, c, big_c = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+out, n, c, big_c, before = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 def load(name, scenario):
     p = out / f"{name}-{scenario}.json"
     try:
         return json.loads(p.read_text())
     except Exception:
         return None
-names = ["tether", "rmcp", "ts", "python", "raw"]
+names = ["tether"] + (["before"] if before else []) + ["rmcp", "ts", "python", "raw"]
 rows = [
     ("throughput", "events_per_sec", f"throughput events/s (n={n}, median)"),
     ("fanout", "aggregate_events_per_sec", f"fanout aggregate events/s (C={c})"),
@@ -391,11 +405,22 @@ if t and t.get("ok"):
         if r and r.get("ok"):
             print(f"throughput tether/{name}: {t['events_per_sec'] / r['events_per_sec']:.2f}x (target >= {target})")
 print()
-for name, scenario in [("tether", "resume"), ("tether-big", "fanout"), ("tether", "idle"), ("tether", "store")]:
+if before:
+    print(f"before = {before}")
+    for scenario, key in [("throughput", "events_per_sec"), ("fanout", "aggregate_events_per_sec")]:
+        a, b = load("tether", scenario), load("before", scenario)
+        if a and b and a.get("ok") and b.get("ok"):
+            print(f"{scenario} tether/before: {a[key] / b[key]:.2f}x")
+    print()
+singles = [("tether", "resume"), ("tether-big", "fanout"), ("tether", "idle"), ("tether", "store")]
+if before:
+    singles += [("before", "resume"), ("before-big", "fanout"), ("before", "idle")]
+for name, scenario in singles:
     r = load(name, scenario)
     if r is None:
         continue
-    label = f"tether {scenario}" + (f" C={big_c}" if name == "tether-big" else "")
+    who = name.removesuffix("-big")
+    label = f"{who} {scenario}" + (f" C={big_c}" if name.endswith("-big") else "")
     if not r.get("ok"):
         print(f"{label}: FAILED: {r.get('error')}")
         continue
