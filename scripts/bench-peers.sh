@@ -340,8 +340,8 @@ bench() {
 }
 
 for name in "${targets[@]}"; do
-  url_var=URL_$name
-  bench "$name" throughput --url "${!url_var}" --n "$N" --runs "$RUNS"
+  url_var=URL_$name pid_var=PID_$name
+  bench "$name" throughput --url "${!url_var}" --n "$N" --runs "$RUNS" --pid "${!pid_var}"
   if [ "$name" != raw ]; then
     bench "$name" fanout --url "${!url_var}" -c "$C" --n "$FANOUT_N"
   fi
@@ -372,6 +372,7 @@ def load(name, scenario):
 names = ["tether"] + (["before"] if before else []) + ["rmcp", "ts", "python", "raw"]
 rows = [
     ("throughput", "events_per_sec", f"throughput events/s (n={n}, median)"),
+    ("throughput", "server_cpu_us_per_event", "server CPU µs per event (throughput runs)"),
     ("fanout", "aggregate_events_per_sec", f"fanout aggregate events/s (C={c})"),
     ("fanout", "latency_p50_ms", f"fanout p50 latency ms (C={c}, paced)"),
     ("fanout", "latency_p99_ms", f"fanout p99 latency ms (C={c}, paced)"),
@@ -395,7 +396,7 @@ for scenario, key, label in rows:
             cells.append("failed")
         else:
             v = r.get(key)
-            cells.append(f"{v:,.0f}" if v >= 100 else f"{v:.2f}")
+            cells.append("-" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.2f}")
     print(f"| {label} | " + " | ".join(cells) + " |")
 print()
 t = load("tether", "throughput")
@@ -404,6 +405,10 @@ if t and t.get("ok"):
         r = load(name, "throughput")
         if r and r.get("ok"):
             print(f"throughput tether/{name}: {t['events_per_sec'] / r['events_per_sec']:.2f}x (target >= {target})")
+    for name in names[1:]:
+        r = load(name, "throughput")
+        if r and r.get("ok") and r.get("server_cpu_us_per_event") and t.get("server_cpu_us_per_event"):
+            print(f"server CPU per event {name}/tether: {r['server_cpu_us_per_event'] / t['server_cpu_us_per_event']:.2f}x")
 print()
 if before:
     print(f"before = {before}")

@@ -85,6 +85,10 @@ struct ThroughputArgs {
     /// Timed runs (each in a fresh session); the rate reported is their median.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
     runs: u64,
+    /// The server's process id, when it was not spawned by the bench: its CPU time per event
+    /// is reported too.
+    #[arg(long, value_name = "PID")]
+    pid: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -254,7 +258,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         match args.scenario {
             Scenario::Throughput(a) => {
                 let server = Server::resolve(&a.target)?;
-                scenarios::throughput(server.url(), a.n, a.runs).await
+                scenarios::throughput(server.url(), a.n, a.runs, a.pid.or(server.pid())).await
             }
             Scenario::Fanout(a) => {
                 let server = Server::resolve(&a.target)?;

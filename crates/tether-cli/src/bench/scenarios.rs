@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 
 use super::Report;
 use super::mcp::{Session, Stop, Tally, http_client, http_client_builder, read_count};
-use super::spawn::rss_bytes;
+use super::spawn::{cpu_seconds, rss_bytes};
 
 /// Sessions initialized at once when a scenario opens many: enough to keep the server busy,
 /// few enough not to overflow a listen backlog.
@@ -67,14 +67,22 @@ async fn timed_count(session: &Session, n: u64) -> anyhow::Result<Duration> {
 }
 
 /// `throughput`: one stream of n events with no interval, in a fresh session per run; the
-/// median rate of `runs` runs after one warm-up call.
-pub(crate) async fn throughput(url: &str, n: u64, runs: u64) -> anyhow::Result<Report> {
+/// median rate of `runs` runs after one warm-up call. With the server's `pid`, also the CPU
+/// time it used per event over the timed runs: on a shared machine a steadier measure of its
+/// cost than the rate, which also depends on what else gets the cores.
+pub(crate) async fn throughput(
+    url: &str,
+    n: u64,
+    runs: u64,
+    pid: Option<u32>,
+) -> anyhow::Result<Report> {
     let http = http_client()?;
     let warm = Session::initialize(&http, url).await?;
     timed_count(&warm, n.min(WARM_UP_EVENTS))
         .await
         .context("warm-up call")?;
     warm.delete().await;
+    let cpu_before = pid.map(cpu_seconds).transpose()?;
     let mut rates = Vec::new();
     let mut times = Vec::new();
     for run in 1..=runs {
@@ -102,6 +110,16 @@ pub(crate) async fn throughput(url: &str, n: u64, runs: u64) -> anyhow::Result<R
         "events/s",
     );
     report.add("elapsed_ms", median(times), "ms (median)");
+    if let (Some(pid), Some(before)) = (pid, cpu_before) {
+        let used = cpu_seconds(pid)? - before;
+        #[allow(clippy::cast_precision_loss)] // event counts are far below 2^52
+        let events = (n * runs) as f64;
+        report.add(
+            "server_cpu_us_per_event",
+            used * 1e6 / events,
+            "us of server CPU per event (timed runs)",
+        );
+    }
     Ok(report)
 }
 

@@ -132,6 +132,30 @@ impl Drop for SpawnedServer {
     }
 }
 
+/// The CPU time process `pid` has used so far, user and system (`utime` + `stime` of
+/// `/proc/<pid>/stat`, in clock ticks of 1/100 s: USER_HZ is 100 on Linux).
+pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    const USER_HZ: f64 = 100.0;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // Fields follow the command name, which is in parentheses and may hold spaces: utime and
+    // stime are the 14th and 15th fields, the 12th and 13th after the name.
+    let after_name = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("no command name in /proc/<pid>/stat")?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let tick = |at: usize| -> anyhow::Result<f64> {
+        let ticks: u64 = fields
+            .get(at)
+            .and_then(|field| field.parse().ok())
+            .context("no utime/stime in /proc/<pid>/stat")?;
+        #[allow(clippy::cast_precision_loss)] // ticks of a benchmark run are far below 2^52
+        Ok(ticks as f64 / USER_HZ)
+    };
+    Ok(tick(11)? + tick(12)?)
+}
+
 /// The resident set size of process `pid` in bytes (`VmRSS` of `/proc/<pid>/status`).
 pub(crate) fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
