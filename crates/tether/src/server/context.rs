@@ -495,12 +495,11 @@ fn progress_message(
 /// Writes `value` as JSON, as an integer when it is one (`3`, not `3.0`): clients in typed
 /// languages compare progress values to integers.
 fn write_number(out: &mut Vec<u8>, value: f64) {
-    let written = match exact_integer(value) {
-        Some(integer) => serde_json::to_writer(&mut *out, &integer),
+    match exact_integer(value) {
+        Some(integer) => out.extend_from_slice(itoa::Buffer::new().format(integer).as_bytes()),
         // serde_json writes NaN and the infinities as `null`.
-        None => serde_json::to_writer(&mut *out, &value),
-    };
-    written.expect("a number serializes to memory");
+        None => serde_json::to_writer(&mut *out, &value).expect("a number serializes to memory"),
+    }
 }
 
 /// `value` as an `i64` when it is an integer that an `f64` holds exactly.

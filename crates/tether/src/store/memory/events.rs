@@ -35,8 +35,9 @@ use crate::store::{
 /// Frames are encoded once, at append; reads hand out clones of the stored [`Bytes`] (a
 /// reference-count increment each). Completed streams stay readable for
 /// [`MemoryStoreConfig::retention`]; expired ones are removed lazily whenever their session is
-/// touched, and by [`sweep_expired`](Self::sweep_expired) or the task
-/// [`spawn_sweeper`](Self::spawn_sweeper) starts, for sessions nobody touches. A session's own
+/// read, gets a new stream or is asked for its usage (not on appends, the hot path), and by
+/// [`sweep_expired`](Self::sweep_expired) or the task [`spawn_sweeper`](Self::spawn_sweeper)
+/// starts, for sessions nobody reads. A session's own
 /// bookkeeping (a few hundred bytes) lives until [`EventStore::remove_session`].
 pub struct MemoryEventStore {
     shared: Arc<Shared>,
@@ -177,7 +178,10 @@ impl EventStore for MemoryEventStore {
         let Some(shard) = shared.shard_of(stream) else {
             return Err(shared.gone_for_writer(stream));
         };
-        let mut locked = shared.lock(&shard);
+        // No expiry here: appends are the hot path, and a clock read per event costs more than
+        // the rest of the lock's work. Reads, new streams and the sweeper expire streams; the
+        // caps bound the session meanwhile.
+        let mut locked = shared.lock_unexpired(&shard);
         let Some(log) = locked.state.streams.get_mut(&stream) else {
             drop(locked);
             return Err(shared.gone_for_writer(stream));
@@ -329,7 +333,7 @@ impl Shared {
     }
 
     /// Locks `shard` and first removes its streams past retention. The clock is read only if
-    /// one of them completed, so appends and reads in a session with none do not pay for it.
+    /// one of them completed.
     fn lock<'a>(&'a self, shard: &'a Shard) -> Locked<'a> {
         self.lock_when(shard, Instant::now)
     }
@@ -340,14 +344,19 @@ impl Shared {
     }
 
     fn lock_when<'a>(&'a self, shard: &'a Shard, now: impl FnOnce() -> Instant) -> Locked<'a> {
-        let mut locked = Locked {
+        let mut locked = self.lock_unexpired(shard);
+        locked.expire(now);
+        locked
+    }
+
+    /// Locks `shard` as it is, streams past retention included.
+    fn lock_unexpired<'a>(&'a self, shard: &'a Shard) -> Locked<'a> {
+        Locked {
             shared: self,
             shard,
             state: guard(&shard.state),
             removed: Vec::new(),
-        };
-        locked.expire(now);
-        locked
+        }
     }
 
     /// Reads `stream` from seq `from` on (`None`: past any seq).
