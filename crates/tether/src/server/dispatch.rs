@@ -15,6 +15,12 @@
 //! the standalone stream. A POST handed over by another node (see [`super::handoff`]) always
 //! gets a Request stream, since the other node serves its answer from the store; in JSON
 //! mode that stream holds only the responses, which the other node collects into the body.
+//!
+//! A single request sent again with the same id and content while its Request stream is
+//! recent is not run again: the POST is answered with that stream from its start (see
+//! [`reattach`]). A client that lost a POST before any event id reached it has nothing to
+//! resume with, and this is how it gets its answer without running the request twice.
+//!
 //! This module does not validate requests or write to connections: it returns an [`Answer`].
 
 use std::sync::Arc;
@@ -114,6 +120,13 @@ pub(crate) async fn post(
     } else {
         Some(shared.answer_kind(accept)?)
     };
+    if kind == Some(ResponseKind::EventStream)
+        && others.is_empty()
+        && let [request] = requests.as_slice()
+        && let Some(stream) = runtime.stream_of_request(&request.id, fingerprint(request))
+    {
+        return reattach(shared, runtime, request, stream).await;
+    }
     let handler_ids: Vec<RequestId> = requests
         .iter()
         .filter(|request| request.method != PING)
@@ -223,6 +236,11 @@ async fn answer_sse(
         let _ = shared.events.remove_session(&runtime.record().id).await;
         return Err(ServerError::SessionNotFound);
     }
+    if let [job] = jobs.as_slice()
+        && matches!(job.slot, Slot::Handler(_))
+    {
+        runtime.remember_request(&job.request.id, fingerprint(&job.request), stream);
+    }
     let span = tracing::info_span!("post", session = %runtime.record().id, stream = %stream);
     let related = related.unwrap_or(stream);
     tokio::spawn(
@@ -236,6 +254,59 @@ async fn answer_sse(
         .instrument(span),
     );
     Ok(Answer::Stream(stream))
+}
+
+/// A request's content, as [`SessionRuntime::remember_request`] compares it: a request sent
+/// again must be the same request, not a new one reusing an id.
+fn fingerprint(request: &Request) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::hash::DefaultHasher::new();
+    serde_json::to_vec(request)
+        .expect("a parsed request serializes")
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// `request` again, answered by `stream` (its first POST's): the stream from its start,
+/// everything it holds replayed and then the rest live, as a fresh POST stream would be. If
+/// the store no longer holds the stream (it completed and its retention ran out), the request
+/// gets an error response on a stream of its own saying so (-32600, `data.reason`
+/// `"answer_expired"`) rather than running a second time.
+async fn reattach(
+    shared: &Arc<Shared>,
+    runtime: &Arc<SessionRuntime>,
+    request: &Request,
+    stream: StreamId,
+) -> Result<Answer, ServerError> {
+    tracing::debug!(request = %request.id, stream = %stream, "request sent again: re-attached to its stream");
+    match shared
+        .events
+        .read_from_start(runtime.owner(), stream, 1)
+        .await
+    {
+        Ok(_) => Ok(Answer::Stream(stream)),
+        Err(StoreError::Expired | StoreError::UnknownStream) => {
+            let answer = shared
+                .events
+                .create_stream(
+                    runtime.owner(),
+                    StreamKind::Request,
+                    shared.config.retry,
+                    std::slice::from_ref(&request.id),
+                )
+                .await?;
+            let error = ErrorObject::new(
+                INVALID_REQUEST,
+                "request already answered; its answer is no longer retained",
+            )
+            .with_data(json!({"reason": "answer_expired"}));
+            let response = RpcResponse::error(Some(request.id.clone()), error);
+            runtime.append_bytes(answer, &response.to_vec()).await?;
+            shared.events.complete(answer).await?;
+            Ok(Answer::Stream(answer))
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Runs a POST's requests, with their related messages going to `related`, appends each

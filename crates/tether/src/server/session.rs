@@ -11,7 +11,7 @@
 //! not create a session (or restarted) can still serve it. It does not own HTTP or the wire
 //! format.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,6 +38,8 @@ pub(crate) struct SessionRuntime {
     /// connection token is a child of it.
     closed: CancellationToken,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
+    /// The stream answering each recent request ([`stream_of_request`](Self::stream_of_request)).
+    recent: Mutex<RecentRequests>,
     pending: Mutex<HashMap<RequestId, oneshot::Sender<Response>>>,
     connections: Mutex<HashMap<StreamId, Connection>>,
     next_outgoing_id: AtomicI64,
@@ -46,6 +48,41 @@ pub(crate) struct SessionRuntime {
     /// `Last-Event-ID`) continues after it, so a reconnecting client neither loses messages
     /// stored while no GET was open nor gets the ones already written again.
     standalone_cursor: AtomicU64,
+}
+
+/// How many recent requests a session remembers the streams of: the store's default stream cap
+/// per session, since a request whose stream the store dropped cannot be re-attached anyway.
+const RECENT_REQUESTS: usize = 1024;
+
+/// Recent requests' streams and content fingerprints, oldest forgotten first.
+#[derive(Default)]
+struct RecentRequests {
+    streams: HashMap<RequestId, (u64, StreamId)>,
+    order: VecDeque<RequestId>,
+}
+
+impl RecentRequests {
+    fn insert(&mut self, id: RequestId, fingerprint: u64, stream: StreamId) {
+        if self
+            .streams
+            .insert(id.clone(), (fingerprint, stream))
+            .is_none()
+        {
+            self.order.push_back(id);
+        }
+        while self.order.len() > RECENT_REQUESTS {
+            if let Some(oldest) = self.order.pop_front() {
+                self.streams.remove(&oldest);
+            }
+        }
+    }
+
+    fn get(&self, id: &RequestId, fingerprint: u64) -> Option<StreamId> {
+        self.streams
+            .get(id)
+            .filter(|(known, _)| *known == fingerprint)
+            .map(|&(_, stream)| stream)
+    }
 }
 
 struct InFlight {
@@ -97,6 +134,7 @@ impl SessionRuntime {
             log_level: AtomicU8::new(LogLevel::DEFAULT as u8),
             closed: CancellationToken::new(),
             in_flight: Mutex::new(HashMap::new()),
+            recent: Mutex::default(),
             pending: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
             next_outgoing_id: AtomicI64::new(1),
@@ -252,6 +290,19 @@ impl SessionRuntime {
             }));
         }
         Some(slots)
+    }
+
+    /// Records that `stream` answers the request `id`, whose content hashes to `fingerprint`.
+    pub(crate) fn remember_request(&self, id: &RequestId, fingerprint: u64, stream: StreamId) {
+        lock(&self.recent).insert(id.clone(), fingerprint, stream);
+    }
+
+    /// The stream answering (or that answered) the request `id`, if it is recent and was sent
+    /// with the same content: a client that lost a POST before any event id reached it can
+    /// send the same request again and be given that stream, from its start, instead of
+    /// running the request twice.
+    pub(crate) fn stream_of_request(&self, id: &RequestId, fingerprint: u64) -> Option<StreamId> {
+        lock(&self.recent).get(id, fingerprint)
     }
 
     /// `notifications/cancelled`: cancels the request `id` if it is in flight; unknown and
