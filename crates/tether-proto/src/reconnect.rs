@@ -183,7 +183,8 @@ pub enum GiveUpReason {
     /// The stream cannot be resumed: the server answered the resume GET with 405 (T88), or a
     /// POST stream was lost before any event id was seen on it, so there is nothing to resume
     /// from. This is what the Python and TypeScript clients do too; re-POSTing instead could
-    /// run a non-idempotent request twice.
+    /// run a non-idempotent request twice, unless the server is known to answer a request
+    /// sent again with its first stream ([`Reconnect::resend_before_first_id`]).
     #[error("stream not resumable")]
     NotResumable,
     /// The server refused the stream with a status that retrying cannot fix.
@@ -213,8 +214,10 @@ pub enum Action {
         until: Instant,
     },
     /// Open the stream now: GET, with `Last-Event-ID: last_event_id` when it is `Some`
-    /// (T80, T86, T87). The attempt is outstanding from this moment until the driver reports
-    /// [`Reconnect::on_connected`] or [`Reconnect::on_failure`].
+    /// (T80, T86, T87); for a POST stream without a cursor (only with
+    /// [`Reconnect::resend_before_first_id`]), POST its request again. The attempt is
+    /// outstanding from this moment until the driver reports [`Reconnect::on_connected`] or
+    /// [`Reconnect::on_failure`].
     Connect {
         /// The cursor; `None` only if no id was ever seen (or the server cleared it).
         last_event_id: Option<String>,
@@ -311,6 +314,8 @@ pub struct Reconnect<R = SplitMix64> {
     outage_start: Option<Instant>,
     /// When bytes last arrived on the current connection, or when the attempt started.
     last_bytes: Instant,
+    /// A POST stream lost before any id is reconnected by sending its request again.
+    resend: bool,
 }
 
 impl<R: RandomSource> Reconnect<R> {
@@ -386,7 +391,26 @@ impl<R: RandomSource> Reconnect<R> {
             failures: 0,
             outage_start,
             last_bytes: now,
+            resend: false,
         }
+    }
+
+    /// Lets this POST stream, when it is lost before any event id was seen on it, be
+    /// reconnected by sending its request again (`Connect { last_event_id: None }`) instead
+    /// of giving up as [`GiveUpReason::NotResumable`]. Only for servers known to answer a
+    /// request sent again (same id, same content) with the stream already answering it, from
+    /// its start, rather than running it twice: tether's server does. Backoff, `retry` and the
+    /// budget apply as for any reconnect.
+    #[must_use]
+    pub fn resend_before_first_id(mut self) -> Self {
+        self.resend = true;
+        self
+    }
+
+    /// Nothing identifies this stream to the server yet, and its request may not be sent
+    /// again: a loss now is the end of it.
+    fn unresumable(&self) -> bool {
+        self.kind == StreamKind::Post && self.cursor.is_none() && !self.resend
     }
 
     /// What to do next. Call after every input and whenever a `Wait` deadline passes.
@@ -400,7 +424,7 @@ impl<R: RandomSource> Reconnect<R> {
                 // Only reachable if the server cleared the cursor (`id:` empty) after the
                 // loss was scheduled: a GET without `Last-Event-ID` would open the standalone
                 // stream, not resume this POST stream.
-                if self.kind == StreamKind::Post && self.cursor.is_none() {
+                if self.unresumable() {
                     return self.give_up(GiveUpReason::NotResumable);
                 }
                 self.state = State::Connecting;
@@ -581,7 +605,7 @@ impl<R: RandomSource> Reconnect<R> {
     /// Decide the next attempt's time, or give up.
     fn schedule(&mut self, now: Instant, retry_after: Option<Duration>) {
         // T80 and the peers' behaviour: a POST stream resumes only from an id seen on it.
-        if self.kind == StreamKind::Post && self.cursor.is_none() {
+        if self.unresumable() {
             self.state = State::GaveUp(GiveUpReason::NotResumable);
             return;
         }

@@ -221,6 +221,102 @@ fn a_post_stream_lost_before_any_event_id_is_not_resumable() {
 }
 
 #[test]
+fn with_resend_a_post_stream_lost_before_any_id_sends_its_request_again_after_backoff() {
+    for failure in [
+        Failure::Network,
+        Failure::Timeout,
+        Failure::Idle,
+        Failure::CleanClose,
+    ] {
+        let c = Clock::new();
+        let mut m = post(c.at(0)).resend_before_first_id();
+        m.on_failure(c.at(2), failure);
+        // The first attempt after a loss waits the first backoff step (no `retry` seen yet).
+        let until = expect_wait(&mut m, c.at(2));
+        assert!(until > c.at(2), "{failure:?}");
+        assert_eq!(
+            expect_connect(&mut m, until),
+            None,
+            "POST again: {failure:?}"
+        );
+        // Answered with the stream from its start: its priming id is the cursor from now on,
+        // and a later cut resumes by GET with it.
+        m.on_connected(until);
+        m.on_event(until, Event::priming("s:0"));
+        m.on_failure(until + ms(1), Failure::Network);
+        let next = expect_wait(&mut m, until + ms(1));
+        assert_eq!(
+            expect_connect(&mut m, next).as_deref(),
+            Some("s:0"),
+            "{failure:?}"
+        );
+    }
+}
+
+#[test]
+fn with_resend_failed_sends_back_off_and_run_the_budget_out() {
+    let c = Clock::new();
+    let config = ReconnectConfig {
+        budget: Budget {
+            max_attempts: 3,
+            max_elapsed: Duration::MAX,
+        },
+        ..ReconnectConfig::default()
+    };
+    let mut m =
+        Reconnect::post_stream(config, SplitMix64::new(7), c.at(0)).resend_before_first_id();
+    m.on_failure(c.at(0), Failure::Network);
+    let mut now = c.at(0);
+    let mut waits = Vec::new();
+    let reason = loop {
+        match m.poll(now) {
+            Action::Wait { until } => {
+                waits.push(until.saturating_duration_since(now));
+                now = until;
+            }
+            Action::Connect { last_event_id } => {
+                assert_eq!(last_event_id, None);
+                m.on_failure(
+                    now,
+                    Failure::Status {
+                        code: 503,
+                        retry_after: None,
+                    },
+                );
+            }
+            Action::GiveUp(reason) => break reason,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(
+        matches!(reason, GiveUpReason::BudgetExhausted { attempts: 3, .. }),
+        "{reason:?}"
+    );
+    assert!(
+        waits.iter().all(|wait| !wait.is_zero()),
+        "every send waited: {waits:?}"
+    );
+}
+
+#[test]
+fn resend_changes_nothing_once_the_stream_has_an_id_nor_a_405() {
+    let c = Clock::new();
+    let mut m = post(c.at(0)).resend_before_first_id();
+    m.on_event(c.at(1), Event::priming("s:0"));
+    m.on_failure(c.at(2), Failure::Network);
+    let until = expect_wait(&mut m, c.at(2));
+    assert_eq!(expect_connect(&mut m, until).as_deref(), Some("s:0"));
+    m.on_failure(
+        until,
+        Failure::Status {
+            code: 405,
+            retry_after: None,
+        },
+    );
+    assert_eq!(expect_give_up(&mut m, until), GiveUpReason::NotResumable);
+}
+
+#[test]
 fn an_id_cleared_while_waiting_makes_a_post_stream_give_up_instead_of_opening_a_get_stream() {
     let c = Clock::new();
     let mut m = post(c.at(0));

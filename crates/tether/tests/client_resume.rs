@@ -82,7 +82,8 @@ async fn count_arrives_once_in_order_across_repeated_cuts_during_replay() {
 /// Every connection ends in a fault drawn per connection from cuts, resets and truncations
 /// at offsets spread over the stream (2–9 KB, or 4–30 events). Not earlier: the POST shares
 /// its connection with `initialize` (2 events, about 1 KB), and a POST cut before its priming
-/// event has arrived has no id to resume from (the client reports `NotResumable`, correctly).
+/// event has arrived has no id to resume from: the client sends it again, which
+/// `client_resend.rs` covers.
 #[tokio::test]
 async fn count_arrives_once_in_order_with_mixed_faults_anywhere_in_the_stream() {
     let plan = FaultPlan::pass_through()

@@ -58,7 +58,7 @@ use reqwest::Response;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 use tether_proto::backoff::SplitMix64;
-use tether_proto::headers::{MCP_SESSION_ID, ResponseKind};
+use tether_proto::headers::{MCP_SESSION_ID, ResponseKind, TETHER_NODE};
 use tether_proto::jsonrpc::{
     Batching, INITIALIZE, Message, Notification, Request, RequestId, Response as RpcResponse,
     parse_body,
@@ -436,14 +436,30 @@ impl Client {
         inner.ensure_initialized().await?;
         let id = RequestId::from(inner.next_id.fetch_add(1, Ordering::Relaxed));
         let body = Message::from(Request::new(id.clone(), method, params)).to_vec();
-        let (response, session) = inner.post(body).await?;
         let buffer = inner.config.stream_buffer.max(1);
+        let (response, session) = match inner.post(body.clone()).await {
+            Ok(answered) => answered,
+            // Lost before any answer: the request may or may not have reached the server. One
+            // that re-attaches can be sent it again without running it twice; the stream task
+            // does that, with backoff, as it would after losing the stream before its first id.
+            Err(Error::Network(_) | Error::Timeout) if inner.transport.session().reattaches => {
+                let session = inner.transport.session();
+                let (tx, rx) = mpsc::channel(buffer);
+                let driver =
+                    Driver::new(Arc::clone(inner), Some(id.clone()), session.generation, tx)
+                        .resending(body);
+                tokio::spawn(driver.run(None));
+                return Ok(self.stream(rx, Some(id), &session));
+            }
+            Err(error) => return Err(error),
+        };
         let kind = response_kind(&response);
         match (response.status().as_u16(), kind) {
             (200, Some(ResponseKind::EventStream)) => {
                 let (tx, rx) = mpsc::channel(buffer);
                 let driver =
-                    Driver::new(Arc::clone(inner), Some(id.clone()), session.generation, tx);
+                    Driver::new(Arc::clone(inner), Some(id.clone()), session.generation, tx)
+                        .resending(body);
                 tokio::spawn(driver.run(Some(response)));
                 Ok(self.stream(rx, Some(id), &session))
             }
@@ -713,6 +729,8 @@ impl Inner {
             .get(MCP_SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        let reattaches = response.headers().contains_key(TETHER_NODE)
+            && response_kind(&response) == Some(ResponseKind::EventStream);
         let result =
             match read_single_response(response, &id, self.transport.request_timeout()).await? {
                 RpcResponse::Result(result) => result.result,
@@ -735,6 +753,7 @@ impl Inner {
         self.transport.update_session(|s| {
             s.id = session_id;
             s.version = Some(version);
+            s.reattaches = reattaches;
         });
         *self
             .server_result

@@ -291,6 +291,8 @@ pub(crate) struct Driver {
     /// Why the last attempt was refused, for when the machine gives up with `Fatal`.
     refusal: Option<Error>,
     got_final: bool,
+    /// The request of a POST stream that may be sent again ([`resending`](Self::resending)).
+    resend: Option<Vec<u8>>,
 }
 
 fn rng() -> SplitMix64 {
@@ -329,7 +331,20 @@ impl Driver {
             seen,
             refusal: None,
             got_final: false,
+            resend: None,
         }
+    }
+
+    /// Lets this POST stream send `request` (its body) again if the stream is lost before any
+    /// event id reached it, when the session's server answers a request sent again with its
+    /// first stream (`transport::Session::reattaches`); otherwise such a loss stays
+    /// [`Error::NotResumable`].
+    pub(crate) fn resending(mut self, request: Vec<u8>) -> Self {
+        if self.inner.transport.session().reattaches {
+            self.machine = self.machine.resend_before_first_id();
+            self.resend = Some(request);
+        }
+        self
     }
 
     /// A driver resuming the POST stream of `request_id` from a persisted cursor (a
@@ -447,8 +462,12 @@ impl Driver {
         let _ = self.tx.send(Delivery::Failed(error)).await;
     }
 
-    /// One connection attempt: GET, with `Last-Event-ID` when the machine has a cursor.
+    /// One connection attempt: GET, with `Last-Event-ID` when the machine has a cursor; for a
+    /// POST stream without one, its request sent again.
     async fn connect(&mut self, last_event_id: Option<String>) -> Option<Conn> {
+        if self.machine.kind() == StreamKind::Post && last_event_id.is_none() {
+            return self.send_again().await;
+        }
         if self.inner.transport.session().generation != self.generation {
             // Another stream found the session gone and replaced it; this stream's events
             // belonged to the old session.
@@ -473,6 +492,56 @@ impl Driver {
                 return None;
             }
         };
+        self.open(response).await
+    }
+
+    /// A POST stream lost before any event id, reconnected by sending its request again: the
+    /// server answers with the stream already answering it, from its start (replayed events
+    /// already delivered are dropped as seen). A 404 has made `Inner::post` re-initialize
+    /// and send it on the new session, where it runs afresh; 429 and 503 it waits out.
+    async fn send_again(&mut self) -> Option<Conn> {
+        let Some(request) = self.resend.clone() else {
+            // The machine asks for this only when `resending` allowed it.
+            self.machine
+                .on_failure(Instant::now(), status_failure(405, None));
+            return None;
+        };
+        let deadline = self.machine.idle_deadline();
+        let result = tokio::select! {
+            result = self.inner.post(request) => result,
+            () = sleep_until(deadline) => Err(Error::Timeout),
+        };
+        let now = Instant::now();
+        match result {
+            Ok((response, session)) => {
+                self.generation = session.generation;
+                self.open(response).await
+            }
+            Err(Error::Timeout) => {
+                self.machine.on_failure(now, Failure::Timeout);
+                None
+            }
+            Err(Error::Network(_)) => {
+                self.machine.on_failure(now, Failure::Network);
+                None
+            }
+            Err(Error::SessionExpired) => {
+                self.machine.on_failure(now, status_failure(404, None));
+                None
+            }
+            Err(refused) => {
+                // Refused for a reason that sending again cannot fix (401, 400, a budget run
+                // out on 429/503): the call fails with it.
+                self.refusal = Some(refused);
+                self.machine.on_failure(now, status_failure(400, None));
+                None
+            }
+        }
+    }
+
+    /// Reads the answer to a connection attempt: a live stream, or a failure for the machine.
+    async fn open(&mut self, response: Response) -> Option<Conn> {
+        let now = Instant::now();
         let status = response.status().as_u16();
         let content_type = response
             .headers()

@@ -33,6 +33,12 @@ pub(crate) struct Session {
     pub(crate) generation: u64,
     /// Whether `initialize` completed for this generation.
     pub(crate) initialized: bool,
+    /// The server answers a request sent again (same id, same content) with the stream
+    /// already answering it, from its start, instead of running it twice: a tether server (it
+    /// names its node in `Tether-Node`) that answered `initialize` with an event stream, as it
+    /// answers every request. Only then is a request whose POST was lost before any event id
+    /// sent again.
+    pub(crate) reattaches: bool,
 }
 
 /// A non-success answer, read in full (bounded) so that the caller can classify it.
