@@ -30,9 +30,12 @@
 //! in flight resume, or end with the server's `server_restarted` error when their handler
 //! died with its process.
 //!
-//! Known limitation, counted apart: a fault that lands before a POST's first event id (in its
-//! response head or its priming event, or a refused POST connection) leaves nothing to resume
-//! from; such a call fails with a typed error ([`Report::failed_before_stream`]).
+//! Counted apart: a fault that lands before a POST's first event id (in its response head or
+//! its priming event, or a refused POST connection) leaves nothing to resume from. tether's
+//! client sends such a request again (the server re-attaches it to its stream, so it does not
+//! run twice) and the call goes on; the raw reader does not, and its call fails with a typed
+//! error ([`Report::failed_before_stream`]), as does a tether-client call whose sends all
+//! failed within the budget.
 //!
 //! It owns the workload, the checks and the report; the faults are the proxy's, the process
 //! handling the launcher's. Exact replay of a run needs more than the seed (the interleaving
