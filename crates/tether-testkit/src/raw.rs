@@ -1062,3 +1062,16 @@ fn convert(item: Item) -> SseItem {
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
+
+/// The samples of an OpenMetrics text (`GET /metrics`): every `name{labels}` with its value,
+/// comments skipped.
+#[must_use]
+pub fn metric_samples(text: &str) -> std::collections::HashMap<String, f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            Some((name.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}

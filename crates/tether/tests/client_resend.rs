@@ -7,14 +7,13 @@
 mod client_support;
 use client_support::{count_params, fast_config, start_demo_server};
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
 use tether::client::{Client, ClientEvent, MessageStream};
 use tether::proto::jsonrpc::{Message, Response};
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy, TruncateFault};
-use tether_testkit::raw::RawClient;
+use tether_testkit::raw::{RawClient, metric_samples};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -31,16 +30,7 @@ async fn events_appended(addr: std::net::SocketAddr) -> f64 {
         .read_to_end()
         .await
         .unwrap();
-    let text = String::from_utf8(t.body).unwrap();
-    let samples: HashMap<&str, f64> = text
-        .lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            Some((name, value.parse().ok()?))
-        })
-        .collect();
-    samples["tether_events_appended_total"]
+    metric_samples(&String::from_utf8(t.body).unwrap())["tether_events_appended_total"]
 }
 
 /// Progress 1..n once each, in order, then `counted n`.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use server_support::TestServer;
 use tether::server::ServerConfig;
-use tether_testkit::raw::RawClient;
+use tether_testkit::raw::{RawClient, metric_samples};
 
 const V11: &str = "2025-11-25";
 
@@ -36,13 +36,7 @@ async fn scrape(server: &TestServer) -> HashMap<String, f64> {
     );
     let text = String::from_utf8(transcript.body).unwrap();
     assert!(text.ends_with("# EOF\n"), "{text}");
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            Some((name.to_owned(), value.parse().ok()?))
-        })
-        .collect()
+    metric_samples(&text)
 }
 
 fn get(samples: &HashMap<String, f64>, name: &str) -> f64 {
