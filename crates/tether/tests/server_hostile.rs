@@ -137,6 +137,39 @@ async fn silent_connections_are_closed_and_others_keep_being_served() {
     assert_session_works(&mut client).await;
 }
 
+/// A connection kept alive after a complete exchange and then left idle is closed like a
+/// silent one (hyper's head timer runs while it waits for the next request), so idle
+/// keep-alive connections cannot hold the connection slots.
+#[tokio::test]
+async fn kept_alive_connections_left_idle_are_closed() {
+    let server = server(1024).await;
+    let mut client = server.session(V11).await;
+    let mut idle = TcpStream::connect(addr(&server)).await.unwrap();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {V11}\r\n\
+         Mcp-Session-Id: {}\r\nContent-Length: {}\r\n\r\n{ping}",
+        addr(&server),
+        client.session_id().unwrap(),
+        ping.len()
+    );
+    idle.write_all(request.as_bytes()).await.unwrap();
+    // The answer (an SSE stream that ends with the result), then nothing: the server must
+    // close the connection by itself, within the head timeout plus patience.
+    let received = String::from_utf8(read_until_closed(&mut idle).await).unwrap();
+    assert!(received.starts_with("HTTP/1.1 200"), "{received}");
+    assert!(
+        received.contains(r#""id":1"#),
+        "the ping was answered: {received}"
+    );
+    assert!(
+        !received.to_ascii_lowercase().contains("connection: close"),
+        "the server offered to keep the connection: {received}"
+    );
+    assert_session_works(&mut client).await;
+}
+
 #[tokio::test]
 async fn connections_beyond_the_limit_are_closed_at_once() {
     const LIMIT: usize = 20;
