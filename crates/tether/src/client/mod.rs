@@ -232,7 +232,9 @@ pub enum ClientEvent {
         error: String,
     },
     /// A stream lost its connection (or is being resumed from a token) and is reconnecting
-    /// with GET + `Last-Event-ID`.
+    /// with GET + `Last-Event-ID`; or, for a request's stream lost before any event id reached
+    /// the client (`last_event_id` `None`), by sending the request again to a server that
+    /// re-attaches it to its stream rather than running it twice (a tether server).
     Reconnecting {
         /// The request whose stream it is; `None` for the standalone stream.
         request_id: Option<RequestId>,
