@@ -1063,6 +1063,21 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
+/// `GET url` (no session, no MCP headers) read to its end: for the endpoints beside MCP's,
+/// such as `/metrics`.
+///
+/// # Errors
+///
+/// As for [`RawClient::send`] and [`RawResponse::read_to_end`].
+pub async fn get(url: &str) -> anyhow::Result<Transcript> {
+    let client = RawClient::new(url)?;
+    client
+        .send(&client.request("GET"))
+        .await?
+        .read_to_end()
+        .await
+}
+
 /// The samples of an OpenMetrics text (`GET /metrics`): every `name{labels}` with its value,
 /// comments skipped.
 #[must_use]

@@ -13,7 +13,7 @@ use serde_json::json;
 use tether::client::{Client, ClientEvent, MessageStream};
 use tether::proto::jsonrpc::{Message, Response};
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy, TruncateFault};
-use tether_testkit::raw::{RawClient, metric_samples};
+use tether_testkit::raw::{self, metric_samples};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -22,14 +22,7 @@ const N: u64 = 40;
 
 /// `tether_events_appended_total` of the server at `addr`.
 async fn events_appended(addr: std::net::SocketAddr) -> f64 {
-    let client = RawClient::new(&format!("http://{addr}/metrics")).unwrap();
-    let t = client
-        .send(&client.request("GET"))
-        .await
-        .unwrap()
-        .read_to_end()
-        .await
-        .unwrap();
+    let t = raw::get(&format!("http://{addr}/metrics")).await.unwrap();
     metric_samples(&String::from_utf8(t.body).unwrap())["tether_events_appended_total"]
 }
 

@@ -10,19 +10,13 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use server_support::TestServer;
 use tether::server::ServerConfig;
-use tether_testkit::raw::{RawClient, metric_samples};
+use tether_testkit::raw::{self, metric_samples};
 
 const V11: &str = "2025-11-25";
 
 /// Scrapes `/metrics`: every sample as `name{labels}` → value.
 async fn scrape(server: &TestServer) -> HashMap<String, f64> {
-    let url = server.url.replace("/mcp", "/metrics");
-    let client = RawClient::new(&url).unwrap();
-    let transcript = client
-        .send(&client.request("GET"))
-        .await
-        .unwrap()
-        .read_to_end()
+    let transcript = raw::get(&server.url.replace("/mcp", "/metrics"))
         .await
         .unwrap();
     assert_eq!(transcript.status, 200);
