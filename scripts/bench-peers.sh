@@ -377,12 +377,6 @@ rows = [
     ("fanout", "latency_p50_ms", f"fanout p50 latency ms (C={c}, paced)"),
     ("fanout", "latency_p99_ms", f"fanout p99 latency ms (C={c}, paced)"),
 ]
-def cell(r):
-    if r is None:
-        return "-"
-    if not r.get("ok"):
-        return "FAILED"
-    return r
 print()
 print("| measure | " + " | ".join(names) + " |")
 print("|---|" + "---|" * len(names))

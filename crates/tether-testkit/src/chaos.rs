@@ -72,8 +72,8 @@ pub use crate::proxy::random_seed;
 pub const SEED_ENV: &str = "CHAOS_SEED";
 
 /// The `data.reason` of the JSON-RPC error a restarted server sends for a request whose
-/// handler died with the old process (tether's `server::SERVER_RESTARTED_REASON`).
-pub const SERVER_RESTARTED_REASON: &str = "server_restarted";
+/// handler died with the old process.
+pub use tether::server::SERVER_RESTARTED_REASON;
 
 /// Bytes of one `count` progress event on the wire (SSE frame plus chunk framing), roughly:
 /// what the default fault offsets are scaled by.
@@ -306,7 +306,7 @@ pub struct Report {
     pub lost: u64,
     /// Progress values delivered twice.
     pub duplicated: u64,
-    /// Progress values delivered after a higher one, or anything after the result.
+    /// Progress values delivered after a higher one, or out of range.
     pub reordered: u64,
     /// Completed calls whose result was not `counted n`.
     pub bad_results: u64,
@@ -467,7 +467,6 @@ struct Tracker {
     events: u64,
     duplicated: u64,
     reordered: u64,
-    finished: bool,
 }
 
 impl Tracker {
@@ -479,13 +478,12 @@ impl Tracker {
             events: 0,
             duplicated: 0,
             reordered: 0,
-            finished: false,
         }
     }
 
     fn progress(&mut self, value: u64) {
         self.events += 1;
-        if self.finished || value == 0 || value > self.n {
+        if value == 0 || value > self.n {
             self.reordered += 1;
             return;
         }
@@ -1121,7 +1119,7 @@ fn check_result(ctx: &Ctx, index: u64, n: u64, result: &Value) {
 fn error_outcome(error: &Value) -> Outcome {
     if error["data"]["reason"] == json!(SERVER_RESTARTED_REASON) {
         Outcome::ServerRestarted
-    } else if error["code"] == json!(-32603)
+    } else if error["code"] == json!(tether::proto::jsonrpc::INTERNAL_ERROR)
         && error["message"]
             .as_str()
             .is_some_and(|m| m.contains("store unavailable"))
@@ -1225,12 +1223,10 @@ async fn client_call(
         match item {
             Ok(ToolCallItem::Progress { progress, .. }) => tracker.progress(progress as u64),
             Ok(ToolCallItem::Response(Response::Result(result))) => {
-                tracker.finished = true;
                 check_result(ctx, index, n, &result.result);
                 return Outcome::Completed;
             }
             Ok(ToolCallItem::Response(Response::Error(error))) => {
-                tracker.finished = true;
                 let object = &error.error;
                 let data = object.data.clone().unwrap_or(Value::Null);
                 return error_outcome(
@@ -1498,7 +1494,6 @@ async fn read_raw(
             continue;
         }
         if message["id"] == json!(stream.request_id) {
-            tracker.finished = true;
             if let Some(result) = message.get("result") {
                 check_result(ctx, index, n, result);
                 return Read::Done(Outcome::Completed);

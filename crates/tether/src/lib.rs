@@ -24,6 +24,7 @@ pub use tether_sse as sse;
 pub mod client;
 #[cfg(feature = "server")]
 pub mod demo;
+mod fifo;
 #[cfg(feature = "server")]
 pub mod gateway;
 #[cfg(feature = "server")]

@@ -256,8 +256,6 @@ pub(crate) struct Tally {
     /// The id of the first event with an id, and the progress value expected after it: where
     /// a resume of this stream can start.
     pub(crate) resume_point: Option<(String, u64)>,
-    /// Whether the final result `counted n` arrived.
-    pub(crate) result: bool,
 }
 
 impl Tally {
@@ -283,13 +281,13 @@ pub(crate) async fn read_count(
     if !is_event_stream(&response) {
         let body = response.bytes().await.context("reading the JSON answer")?;
         let message: Value = serde_json::from_slice(&body).context("the answer is not JSON")?;
-        check_result(&message, n, &tally)?;
+        // Said first: `check_result` would fail on the same grounds, less clearly.
         ensure!(
             tally.next > n,
             "the server answered with JSON: progress {}..{n} never arrived",
             tally.next
         );
-        tally.result = true;
+        check_result(&message, n, &tally)?;
         return Ok(tally);
     }
     let mut decoder = Decoder::new();
@@ -337,7 +335,6 @@ pub(crate) async fn read_count(
                 serde_json::from_str(data).with_context(|| format!("not JSON: {data}"))?;
             if message.get("id").is_some() && message.get("method").is_none() {
                 check_result(&message, n, &tally)?;
-                tally.result = true;
                 return Ok(tally);
             }
         }
@@ -364,7 +361,7 @@ fn check_result(message: &Value, n: u64, tally: &Tally) -> anyhow::Result<()> {
         "the result is {message}, not `counted {n}`"
     );
     ensure!(
-        tally.next == n + 1 || tally.next == 1 && n == 0,
+        tally.next == n + 1,
         "the result arrived after progress {} of {n}: events lost",
         tally.next.saturating_sub(1)
     );

@@ -26,6 +26,7 @@ mod spawn;
 mod store;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -52,6 +53,18 @@ enum Scenario {
     Store(StoreArgs),
     /// Run the `tether-chaos` fault-injection binary with these arguments.
     Chaos(ChaosArgs),
+}
+
+/// Events per second over `elapsed`.
+#[allow(clippy::cast_precision_loss)] // event counts are far below 2^52
+pub(crate) fn per_second(events: u64, elapsed: Duration) -> f64 {
+    events as f64 / elapsed.as_secs_f64()
+}
+
+/// The median of `values` (the upper one of an even count); `values` is not empty.
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// Which server a scenario measures, and how results are printed.

@@ -9,9 +9,9 @@ use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::Report;
 use super::mcp::{Session, Stop, Tally, http_client, http_client_builder, read_count};
 use super::spawn::{cpu_seconds, rss_bytes};
+use super::{Report, median, per_second};
 
 /// Sessions initialized at once when a scenario opens many: enough to keep the server busy,
 /// few enough not to overflow a listen backlog.
@@ -26,16 +26,6 @@ const CALIBRATION_STREAMS: usize = 3;
 /// How long `idle` waits after opening sessions or streams before reading the server's RSS,
 /// so that closed setup connections are gone and allocations have settled.
 const SETTLE: Duration = Duration::from_millis(500);
-
-#[allow(clippy::cast_precision_loss)] // event counts are far below 2^52
-fn per_second(events: u64, elapsed: Duration) -> f64 {
-    events as f64 / elapsed.as_secs_f64()
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3

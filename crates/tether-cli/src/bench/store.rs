@@ -20,7 +20,7 @@ use tether::store::{
 };
 use tokio::task::JoinSet;
 
-use super::Report;
+use super::{Report, median, per_second};
 
 /// Events the server's writer reads per store round trip.
 const READ_BATCH: usize = 256;
@@ -41,16 +41,6 @@ fn progress_messages(events: u64) -> Vec<Vec<u8>> {
             .into_bytes()
         })
         .collect()
-}
-
-#[allow(clippy::cast_precision_loss)] // event counts are far below 2^52
-fn per_second(events: usize, elapsed: Duration) -> f64 {
-    events as f64 / elapsed.as_secs_f64()
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// Runs the store scenario on every backend available.
@@ -117,8 +107,9 @@ async fn measure<S: EventStore + 'static>(
     let mut reads = Vec::new();
     for _ in 0..runs {
         let (append, read) = one_run(&store, messages, tasks).await?;
-        appends.push(per_second(messages.len(), append));
-        reads.push(per_second(messages.len(), read));
+        let events = u64::try_from(messages.len()).unwrap_or(u64::MAX);
+        appends.push(per_second(events, append));
+        reads.push(per_second(events, read));
     }
     Ok((median(appends), median(reads)))
 }

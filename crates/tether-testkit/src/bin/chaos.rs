@@ -154,9 +154,10 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(chaos::run(config)) {
         Ok(report) => {
+            // On a violation the run printed the fault log already (and wrote all of it to a
+            // file).
             println!("{report}");
             if report.violations() > 0 {
-                println!("{}", report.fault_log);
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS

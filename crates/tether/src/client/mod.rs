@@ -439,17 +439,20 @@ impl Client {
         let id = RequestId::from(inner.next_id.fetch_add(1, Ordering::Relaxed));
         let body = Message::from(Request::new(id.clone(), method, params)).to_vec();
         let buffer = inner.config.stream_buffer.max(1);
-        let (response, session) = match inner.post(body.clone()).await {
+        // Kept only for a server that re-attaches a request sent again (see
+        // `transport::Session::reattaches`): no other may be sent it twice.
+        let resend = inner.transport.session().reattaches.then(|| body.clone());
+        let (response, session) = match inner.post(body).await {
             Ok(answered) => answered,
             // Lost before any answer: the request may or may not have reached the server. One
             // that re-attaches can be sent it again without running it twice; the stream task
             // does that, with backoff, as it would after losing the stream before its first id.
-            Err(Error::Network(_) | Error::Timeout) if inner.transport.session().reattaches => {
+            Err(Error::Network(_) | Error::Timeout) if resend.is_some() => {
                 let session = inner.transport.session();
                 let (tx, rx) = mpsc::channel(buffer);
                 let driver =
                     Driver::new(Arc::clone(inner), Some(id.clone()), session.generation, tx)
-                        .resending(body);
+                        .resending(resend);
                 tokio::spawn(driver.run(None));
                 return Ok(self.stream(rx, Some(id), &session));
             }
@@ -461,7 +464,7 @@ impl Client {
                 let (tx, rx) = mpsc::channel(buffer);
                 let driver =
                     Driver::new(Arc::clone(inner), Some(id.clone()), session.generation, tx)
-                        .resending(body);
+                        .resending(resend);
                 tokio::spawn(driver.run(Some(response)));
                 Ok(self.stream(rx, Some(id), &session))
             }

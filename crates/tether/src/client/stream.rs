@@ -336,13 +336,13 @@ impl Driver {
     }
 
     /// Lets this POST stream send `request` (its body) again if the stream is lost before any
-    /// event id reached it, when the session's server answers a request sent again with its
-    /// first stream (`transport::Session::reattaches`); otherwise such a loss stays
-    /// [`Error::NotResumable`].
-    pub(crate) fn resending(mut self, request: Vec<u8>) -> Self {
-        if self.inner.transport.session().reattaches {
+    /// event id reached it; the caller passes one only for a server that answers a request
+    /// sent again with its first stream (`transport::Session::reattaches`). Without one such
+    /// a loss stays [`Error::NotResumable`].
+    pub(crate) fn resending(mut self, request: Option<Vec<u8>>) -> Self {
+        if request.is_some() {
             self.machine = self.machine.resend_before_first_id();
-            self.resend = Some(request);
+            self.resend = request;
         }
         self
     }

@@ -120,10 +120,15 @@ pub(crate) async fn post(
     } else {
         Some(shared.answer_kind(accept)?)
     };
+    // The content of the POST's only request: how a request sent again is recognized.
+    let single = match requests.as_slice() {
+        [request] => Some(fingerprint(request)),
+        _ => None,
+    };
     if kind == Some(ResponseKind::EventStream)
         && others.is_empty()
-        && let [request] = requests.as_slice()
-        && let Some(stream) = runtime.stream_of_request(&request.id, fingerprint(request))
+        && let ([request], Some(fingerprint)) = (requests.as_slice(), single)
+        && let Some(stream) = runtime.stream_of_request(&request.id, fingerprint)
     {
         return reattach(shared, runtime, request, stream).await;
     }
@@ -162,9 +167,9 @@ pub(crate) async fn post(
         })
         .collect();
     match (kind, recipient) {
-        (ResponseKind::EventStream, _) => answer_sse(shared, runtime, jobs, None).await,
+        (ResponseKind::EventStream, _) => answer_sse(shared, runtime, jobs, None, single).await,
         (ResponseKind::Json, Recipient::Node) => {
-            answer_sse(shared, runtime, jobs, Some(runtime.standalone())).await
+            answer_sse(shared, runtime, jobs, Some(runtime.standalone()), single).await
         }
         (ResponseKind::Json, Recipient::Client) => {
             answer_json(shared, runtime, jobs, is_batch).await
@@ -213,12 +218,14 @@ async fn handle_notification(
 }
 
 /// Stream answer: a new Request stream and a driver task filling it. Related messages go to
-/// the stream too, unless `related` names another stream.
+/// the stream too, unless `related` names another stream. `single` is the fingerprint of the
+/// POST's only request, remembered with the stream so that it can be sent again.
 async fn answer_sse(
     shared: &Arc<Shared>,
     runtime: &Arc<SessionRuntime>,
     jobs: Vec<Job>,
     related: Option<StreamId>,
+    single: Option<u64>,
 ) -> Result<Answer, ServerError> {
     let requests: Vec<RequestId> = jobs.iter().map(|job| job.request.id.clone()).collect();
     let stream = shared
@@ -236,10 +243,10 @@ async fn answer_sse(
         let _ = shared.events.remove_session(&runtime.record().id).await;
         return Err(ServerError::SessionNotFound);
     }
-    if let [job] = jobs.as_slice()
+    if let ([job], Some(fingerprint)) = (jobs.as_slice(), single)
         && matches!(job.slot, Slot::Handler(_))
     {
-        runtime.remember_request(&job.request.id, fingerprint(&job.request), stream);
+        runtime.remember_request(&job.request.id, fingerprint, stream);
     }
     let span = tracing::info_span!("post", session = %runtime.record().id, stream = %stream);
     let related = related.unwrap_or(stream);

@@ -11,7 +11,7 @@
 //! not create a session (or restarted) can still serve it. It does not own HTTP or the wire
 //! format.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +23,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::context::LogLevel;
+use crate::fifo::FifoMap;
 use crate::lock;
 use crate::store::{EventStore, SessionRecord, StoreError, StreamOwner};
 
@@ -38,8 +39,9 @@ pub(crate) struct SessionRuntime {
     /// connection token is a child of it.
     closed: CancellationToken,
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
-    /// The stream answering each recent request ([`stream_of_request`](Self::stream_of_request)).
-    recent: Mutex<RecentRequests>,
+    /// Each recent request's content fingerprint and the stream answering it
+    /// ([`stream_of_request`](Self::stream_of_request)).
+    recent: Mutex<FifoMap<RequestId, (u64, StreamId)>>,
     pending: Mutex<HashMap<RequestId, oneshot::Sender<Response>>>,
     connections: Mutex<HashMap<StreamId, Connection>>,
     next_outgoing_id: AtomicI64,
@@ -53,37 +55,6 @@ pub(crate) struct SessionRuntime {
 /// How many recent requests a session remembers the streams of: the store's default stream cap
 /// per session, since a request whose stream the store dropped cannot be re-attached anyway.
 const RECENT_REQUESTS: usize = 1024;
-
-/// Recent requests' streams and content fingerprints, oldest forgotten first.
-#[derive(Default)]
-struct RecentRequests {
-    streams: HashMap<RequestId, (u64, StreamId)>,
-    order: VecDeque<RequestId>,
-}
-
-impl RecentRequests {
-    fn insert(&mut self, id: RequestId, fingerprint: u64, stream: StreamId) {
-        if self
-            .streams
-            .insert(id.clone(), (fingerprint, stream))
-            .is_none()
-        {
-            self.order.push_back(id);
-        }
-        while self.order.len() > RECENT_REQUESTS {
-            if let Some(oldest) = self.order.pop_front() {
-                self.streams.remove(&oldest);
-            }
-        }
-    }
-
-    fn get(&self, id: &RequestId, fingerprint: u64) -> Option<StreamId> {
-        self.streams
-            .get(id)
-            .filter(|(known, _)| *known == fingerprint)
-            .map(|&(_, stream)| stream)
-    }
-}
 
 struct InFlight {
     generation: u64,
@@ -134,7 +105,7 @@ impl SessionRuntime {
             log_level: AtomicU8::new(LogLevel::DEFAULT as u8),
             closed: CancellationToken::new(),
             in_flight: Mutex::new(HashMap::new()),
-            recent: Mutex::default(),
+            recent: Mutex::new(FifoMap::new(RECENT_REQUESTS)),
             pending: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
             next_outgoing_id: AtomicI64::new(1),
@@ -294,7 +265,7 @@ impl SessionRuntime {
 
     /// Records that `stream` answers the request `id`, whose content hashes to `fingerprint`.
     pub(crate) fn remember_request(&self, id: &RequestId, fingerprint: u64, stream: StreamId) {
-        lock(&self.recent).insert(id.clone(), fingerprint, stream);
+        lock(&self.recent).insert(id.clone(), (fingerprint, stream));
     }
 
     /// The stream answering (or that answered) the request `id`, if it is recent and was sent
@@ -302,7 +273,10 @@ impl SessionRuntime {
     /// send the same request again and be given that stream, from its start, instead of
     /// running the request twice.
     pub(crate) fn stream_of_request(&self, id: &RequestId, fingerprint: u64) -> Option<StreamId> {
-        lock(&self.recent).get(id, fingerprint)
+        lock(&self.recent)
+            .get(id)
+            .filter(|(known, _)| *known == fingerprint)
+            .map(|&(_, stream)| stream)
     }
 
     /// `notifications/cancelled`: cancels the request `id` if it is in flight; unknown and

@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{FastMap, MemoryStoreConfig, guard};
+use crate::fifo::FifoMap;
 use crate::store::frame;
 use crate::store::{
     EventStore, OrphanedStream, ReadBatch, SessionUsage, StoreError, StoredEvent, StreamKind,
@@ -55,10 +56,10 @@ impl MemoryEventStore {
         };
         Self {
             shared: Arc::new(Shared {
+                tombstones: Mutex::new(FifoMap::new(config.max_tombstones)),
                 config,
                 sessions: Mutex::default(),
                 index: Mutex::default(),
-                tombstones: Mutex::default(),
             }),
         }
     }
@@ -324,7 +325,8 @@ struct Shared {
     sessions: Mutex<FastMap<SessionId, Arc<Shard>>>,
     /// The shard holding each stream, for the operations addressed by stream id alone.
     index: Mutex<FastMap<StreamId, Arc<Shard>>>,
-    tombstones: Mutex<Tombstones>,
+    /// Ids of removed streams and their owners, the oldest removals forgotten first.
+    tombstones: Mutex<FifoMap<StreamId, StreamOwner>>,
 }
 
 impl Shared {
@@ -389,7 +391,7 @@ impl Shared {
     /// Why a reader cannot find `stream`: `Expired` if it was removed after completion and
     /// belongs to `owner`, whose session is still alive; otherwise `UnknownStream`.
     fn gone_for_reader(&self, owner: &StreamOwner, stream: StreamId) -> StoreError {
-        let tombstone = guard(&self.tombstones).owners.get(&stream).cloned();
+        let tombstone = guard(&self.tombstones).get(&stream).cloned();
         match tombstone {
             Some(was) if was == *owner && self.session_alive(&was.session) => StoreError::Expired,
             _ => StoreError::UnknownStream,
@@ -417,7 +419,6 @@ impl Shared {
 
     fn tombstoned(&self, stream: StreamId) -> bool {
         let session = guard(&self.tombstones)
-            .owners
             .get(&stream)
             .map(|owner| owner.session.clone());
         session.is_some_and(|session| self.session_alive(&session))
@@ -572,35 +573,13 @@ impl Drop for Locked<'_> {
                     principal: Arc::clone(principal),
                     session: self.shard.session.clone(),
                 };
-                tombstones.insert(*stream, owner, self.shared.config.max_tombstones);
+                tombstones.insert(*stream, owner);
             }
         }
         let mut index = guard(&self.shared.index);
         for (stream, _) in &self.removed {
             index.remove(stream);
         }
-    }
-}
-
-/// Ids of removed streams and their owners, oldest removal first, at most `max` of them.
-#[derive(Default)]
-struct Tombstones {
-    owners: FastMap<StreamId, StreamOwner>,
-    order: VecDeque<StreamId>,
-}
-
-impl Tombstones {
-    fn insert(&mut self, stream: StreamId, owner: StreamOwner, max: usize) {
-        if max == 0 {
-            return;
-        }
-        while self.order.len() >= max {
-            if let Some(oldest) = self.order.pop_front() {
-                self.owners.remove(&oldest);
-            }
-        }
-        self.order.push_back(stream);
-        self.owners.insert(stream, owner);
     }
 }
 
