@@ -10,7 +10,9 @@ use tempfile::TempDir;
 use tether::proto::ids::SessionId;
 use tether::store::sqlite::{self, Durability, SqliteOpenError, SqliteStoreConfig};
 use tether::store::suite::{Caps, Stores};
-use tether::store::{EventStore, SessionStore, StoreError, StreamKind, StreamOwner};
+use tether::store::{
+    EventStore, PIPELINE_WINDOW, SessionStore, StoreError, StreamKind, StreamOwner,
+};
 
 /// The default configuration, on a database file in `dir`.
 fn config_in(dir: &Path) -> SqliteStoreConfig {
@@ -105,6 +107,7 @@ async fn concurrent_appends_are_gap_free_and_group_committed() {
     for task in tasks {
         task.await.unwrap();
     }
+    events.flush(stream).await.unwrap();
     let transactions = events.transactions() - before;
     let total = TASKS * APPENDS;
     let batch = events
@@ -290,4 +293,189 @@ async fn the_server_answers_only_the_unanswered_requests_of_an_orphan() {
         server.answer_orphans().await.unwrap(),
         OrphanReport::default()
     );
+}
+
+/// Another process holding the database's write lock, as a held commit: the writer thread's
+/// next transaction waits for it (up to SQLite's busy timeout).
+struct HeldCommit(rusqlite::Connection);
+
+impl HeldCommit {
+    fn take(dir: &Path) -> Self {
+        let conn = rusqlite::Connection::open(dir.join("tether.db")).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        Self(conn)
+    }
+
+    fn release(self) {
+        self.0.execute_batch("ROLLBACK").unwrap();
+    }
+}
+
+async fn open_with_stream(
+    dir: &Path,
+) -> (
+    Arc<sqlite::SqliteEventStore>,
+    StreamOwner,
+    tether::proto::ids::StreamId,
+) {
+    let (events, _sessions) = sqlite::open(config_in(dir)).unwrap();
+    let events = Arc::new(events);
+    let owner = owner();
+    let stream = events
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
+        .await
+        .unwrap();
+    (events, owner, stream)
+}
+
+async fn seqs_read(
+    events: &sqlite::SqliteEventStore,
+    owner: &StreamOwner,
+    stream: tether::proto::ids::StreamId,
+) -> Vec<u64> {
+    let batch = events
+        .read_from_start(owner, stream, usize::MAX)
+        .await
+        .unwrap();
+    batch.events.iter().map(|e| e.id.seq).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_are_pipelined_and_nothing_is_readable_before_its_commit() {
+    let dir = TempDir::new().unwrap();
+    let (events, owner, stream) = open_with_stream(dir.path()).await;
+    events.append(stream, &progress(0)).await.unwrap();
+    events.flush(stream).await.unwrap();
+
+    let held = HeldCommit::take(dir.path());
+    // The appends return although nothing can commit: they are queued.
+    for n in 1..=100 {
+        let id = tokio::time::timeout(Duration::from_secs(2), events.append(stream, &progress(n)))
+            .await
+            .expect("a pipelined append returns while the commit is held")
+            .unwrap();
+        assert_eq!(id.seq, n as u64 + 1);
+    }
+    let waiter = tokio::spawn({
+        let events = Arc::clone(&events);
+        async move { events.wait_for_more(stream, 1).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        seqs_read(&events, &owner, stream).await,
+        [0, 1],
+        "a reader sees only what was committed"
+    );
+    assert!(
+        !waiter.is_finished(),
+        "no reader is woken before the commit"
+    );
+    let flush = tokio::spawn({
+        let events = Arc::clone(&events);
+        async move { events.flush(stream).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!flush.is_finished(), "flush waits for the commit");
+
+    held.release();
+    tokio::time::timeout(Duration::from_secs(5), flush)
+        .await
+        .expect("flush returns after the commit")
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the reader is woken by the commit")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        seqs_read(&events, &owner, stream).await,
+        (0..=101).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_window_makes_the_next_append_wait_for_a_commit() {
+    let dir = TempDir::new().unwrap();
+    let (events, owner, stream) = open_with_stream(dir.path()).await;
+    let held = HeldCommit::take(dir.path());
+    for n in 0..PIPELINE_WINDOW as usize {
+        events.append(stream, &progress(n)).await.unwrap();
+    }
+    let next = tokio::spawn({
+        let events = Arc::clone(&events);
+        async move { events.append(stream, &progress(usize::MAX)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !next.is_finished(),
+        "the append past the window waits (backpressure)"
+    );
+    held.release();
+    let id = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("the commit opens the window")
+        .unwrap()
+        .unwrap();
+    assert_eq!(id.seq, PIPELINE_WINDOW + 1);
+    events.flush(stream).await.unwrap();
+    assert_eq!(
+        seqs_read(&events, &owner, stream).await.len() as u64,
+        PIPELINE_WINDOW + 2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_is_reported_to_the_next_caller_and_loses_nothing_readable() {
+    let dir = TempDir::new().unwrap();
+    let (events, owner, stream) = open_with_stream(dir.path()).await;
+    events.append(stream, &progress(1)).await.unwrap();
+    events.flush(stream).await.unwrap();
+
+    // Held past the writer's busy timeout (5 s): its transaction cannot begin.
+    let held = HeldCommit::take(dir.path());
+    events.append(stream, &progress(2)).await.unwrap();
+    events.append(stream, &progress(3)).await.unwrap();
+    let flushed = tokio::time::timeout(Duration::from_secs(20), events.flush(stream))
+        .await
+        .expect("flush returns once the commit failed");
+    assert!(
+        matches!(flushed, Err(StoreError::Unavailable(_))),
+        "the failed commit surfaces as the same typed error as an unpipelined append's: {flushed:?}"
+    );
+    held.release();
+    assert_eq!(
+        seqs_read(&events, &owner, stream).await,
+        [0, 1],
+        "the lost appends were never readable"
+    );
+    // The stream goes on, gap-free: the next append takes the next seq that was committed.
+    let id = events.append(stream, &progress(4)).await.unwrap();
+    assert_eq!(id.seq, 2);
+    events.flush(stream).await.unwrap();
+    events.complete(stream).await.unwrap();
+    let batch = events
+        .read_from_start(&owner, stream, usize::MAX)
+        .await
+        .unwrap();
+    assert!(batch.complete);
+    assert_eq!(batch.events[2].message(), progress(4).as_slice());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_streams_appends_share_commits() {
+    const N: usize = 20_000;
+    let dir = TempDir::new().unwrap();
+    let (events, owner, stream) = open_with_stream(dir.path()).await;
+    let before = events.transactions();
+    for n in 0..N {
+        events.append(stream, &progress(n)).await.unwrap();
+    }
+    events.complete(stream).await.unwrap();
+    let transactions = events.transactions() - before;
+    assert!(
+        transactions * 10 < N as u64,
+        "{transactions} transactions for {N} appends of one emitter: the pipeline should batch them"
+    );
+    assert_eq!(seqs_read(&events, &owner, stream).await.len(), N + 1);
 }

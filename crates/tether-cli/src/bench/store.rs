@@ -5,7 +5,8 @@
 //! Each run appends the events from `tasks` concurrent tasks, one stream (and session) each,
 //! so that SQLite's group commit and Redis's pipelining share their round trips as they do
 //! under a busy server; then completes the streams and reads them back in the server
-//! writer's batch size, checking every seq. The same method as the criterion bench
+//! writer's batch size, checking every seq. Appends are timed until every stream is flushed
+//! (durable), since a pipelined store's appends return once queued. The same method as the criterion bench
 //! `crates/tether/benches/resume.rs` (`store/*`).
 
 use std::hint::black_box;
@@ -150,6 +151,10 @@ async fn one_run<S: EventStore + 'static>(
     }
     while let Some(result) = appenders.join_next().await {
         result.context("appender task")?.context("append")?;
+    }
+    // Timed until durable: a pipelined store's appends return once queued.
+    for (_, stream) in &streams {
+        store.flush(*stream).await.context("flush")?;
     }
     let append = start.elapsed();
 

@@ -335,7 +335,13 @@ async fn drive_stream(
     while let Some(done) = running.join_next().await {
         let Ok(Some(response)) = done else { continue };
         let bytes = runtime.response_bytes(&response);
-        let stored = persist(&runtime, || runtime.append_bytes(stream, &bytes)).await;
+        // Flushed, so that a commit failure the pipeline reports late (store/pipeline.rs)
+        // is seen here and the response appended again, rather than lost.
+        let stored = persist(&runtime, || async {
+            runtime.append_bytes(stream, &bytes).await?;
+            shared.events.flush(stream).await
+        })
+        .await;
         if let Err(error) = stored {
             if runtime.is_closed() {
                 tracing::debug!(%error, "response dropped: session ended");

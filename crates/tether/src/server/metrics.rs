@@ -333,6 +333,10 @@ impl EventStore for MeteredEvents {
         Ok(id)
     }
 
+    async fn flush(&self, stream: StreamId) -> Result<(), StoreError> {
+        self.inner.flush(stream).await
+    }
+
     async fn complete(&self, stream: StreamId) -> Result<(), StoreError> {
         self.inner.complete(stream).await
     }

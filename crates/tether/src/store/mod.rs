@@ -13,8 +13,14 @@
 //!
 //! 1. A stream's events have sequence numbers 0, 1, 2, … with no gap; seq 0 is the stream's
 //!    priming event (empty data, the server's `retry`), stored when the stream is created.
-//! 2. [`append`](EventStore::append) returns only after the event is stored; a reader that
-//!    starts afterwards sees it (persist, then send).
+//! 2. Persist, then send: a reader sees an event only once it is durable (committed, for a
+//!    durable backend), and [`wait_for_more`](EventStore::wait_for_more) wakes only then.
+//!    [`append`](EventStore::append) may return as soon as the event is queued, in order,
+//!    for commit (durable backends pipeline their commits: `store/pipeline.rs`);
+//!    [`flush`](EventStore::flush) returns once every event appended to the stream so far
+//!    is durable, and [`complete`](EventStore::complete) once the completion and everything
+//!    before it are. A commit that fails is reported to the stream's next append, flush or
+//!    complete with [`StoreError::Unavailable`].
 //! 3. [`read_after`](EventStore::read_after) returns events of exactly one stream, in order,
 //!    starting at `after + 1`, and only to the stream's owner: a stream that exists but is
 //!    owned by another principal or session is reported as [`StoreError::UnknownStream`], so
@@ -30,6 +36,7 @@
 
 mod frame;
 pub mod memory;
+pub(crate) mod pipeline;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod relay;
@@ -50,6 +57,7 @@ pub use self::redis::{
     RedisEventStore, RedisOpenError, RedisRelay, RedisSessionStore, RedisStoreConfig,
 };
 pub use memory::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
+pub use pipeline::{QUEUED_BYTES as PIPELINE_QUEUED_BYTES, WINDOW as PIPELINE_WINDOW};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{
     Durability, SqliteEventStore, SqliteOpenError, SqliteSessionStore, SqliteStoreConfig,
@@ -202,11 +210,30 @@ pub trait EventStore: Send + Sync + 'static {
     ) -> Result<StreamId, StoreError>;
 
     /// Appends one JSON-RPC message (compact JSON, no line breaks) to `stream` and returns
-    /// the id it was stored under. Returns only once the event is stored.
+    /// the id it is stored under. A durable store may return once the event is queued for
+    /// commit, in order, waiting only while the stream's window of uncommitted events or the
+    /// store's queue is full; readers see the event once it is committed (invariant 2).
+    ///
+    /// # Errors
+    ///
+    /// Besides this message's own refusal, [`StoreError::Unavailable`] when an earlier
+    /// append to the stream failed to commit (its events since the last successful answer
+    /// may be lost).
     async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError>;
 
+    /// Waits until every event appended to `stream` so far is durable, and reports a commit
+    /// failure of any of them. A caller that must not lose an event (a request's final
+    /// response) flushes after appending it and appends again on
+    /// [`StoreError::Unavailable`]. Stores whose appends are durable when they return answer
+    /// at once, which is the default.
+    async fn flush(&self, stream: StreamId) -> Result<(), StoreError> {
+        let _ = stream;
+        Ok(())
+    }
+
     /// Marks `stream` complete: no more appends; readers that reach the end stop. Its events
-    /// stay readable for the store's retention window.
+    /// stay readable for the store's retention window. Returns once the completion and every
+    /// event before it are durable.
     async fn complete(&self, stream: StreamId) -> Result<(), StoreError>;
 
     /// Reads up to `limit` events of `stream` with seq > `after`, for `owner` only.

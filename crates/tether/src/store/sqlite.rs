@@ -65,6 +65,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::frame;
 use super::memory::MemoryStoreConfig;
+use super::pipeline::{Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
     StoredEvent, StreamKind, StreamOwner,
@@ -213,6 +214,7 @@ pub fn open(
         readers: Mutex::default(),
         shared,
         orphans: Mutex::new(orphans),
+        pipeline: Pipeline::default(),
         _lock: lock,
     });
     Ok((
@@ -351,6 +353,8 @@ struct Inner {
     shared: Arc<Shared>,
     /// The Request streams that were incomplete when the store opened, until asked for.
     orphans: Mutex<Vec<OrphanedStream>>,
+    /// The append pipelines of the streams created since the store opened.
+    pipeline: Pipeline,
     /// Held while the store is open (dropped after the writer thread is joined).
     _lock: std::fs::File,
 }
@@ -382,15 +386,18 @@ impl Inner {
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
     ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        {
-            let tx = guard(&self.tx);
-            let tx = tx.as_ref().ok_or_else(|| unavailable("store closed"))?;
-            tx.send(make(reply))
-                .map_err(|_| unavailable("writer thread stopped"))?;
-        }
+        self.send(make(reply))?;
         answer
             .await
             .map_err(|_| unavailable("writer thread stopped"))?
+    }
+
+    /// Hands a command to the writer without waiting.
+    fn send(&self, command: Command) -> Result<(), StoreError> {
+        let tx = guard(&self.tx);
+        let tx = tx.as_ref().ok_or_else(|| unavailable("store closed"))?;
+        tx.send(command)
+            .map_err(|_| unavailable("writer thread stopped"))
     }
 
     /// Runs `f` on a pooled read-only connection on the blocking pool.
@@ -469,9 +476,11 @@ impl EventStore for SqliteEventStore {
         retry: Duration,
         requests: &[RequestId],
     ) -> Result<StreamId, StoreError> {
+        let session = owner.session.clone();
         let owner = owner.clone();
         let requests = serde_json::to_string(requests).map_err(unavailable)?;
-        self.inner
+        let stream = self
+            .inner
             .write(|reply| Command::CreateStream {
                 owner,
                 kind,
@@ -479,12 +488,30 @@ impl EventStore for SqliteEventStore {
                 requests,
                 reply,
             })
-            .await
+            .await?;
+        self.inner.pipeline.open(stream, session, 1);
+        Ok(stream)
     }
 
+    /// Pipelined for the streams this store created since it opened: returns once the event
+    /// is queued for the writer, which commits whatever is queued in one transaction. Others
+    /// (streams an earlier process left, or whose commit failed) wait for their commit.
     async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError> {
-        let message = frame::validate(message)?.to_owned();
-        self.inner
+        let message = frame::validate(message)?;
+        let inner = &*self.inner;
+        if let Some(lane) = inner.pipeline.lane(stream) {
+            return inner
+                .pipeline
+                .append(
+                    &lane,
+                    message,
+                    inner.config.max_bytes_per_session,
+                    |queued| inner.send(Command::Queued(queued)),
+                )
+                .await;
+        }
+        let message = message.to_owned();
+        inner
             .write(|reply| Command::Append {
                 stream,
                 message,
@@ -493,9 +520,33 @@ impl EventStore for SqliteEventStore {
             .await
     }
 
+    async fn flush(&self, stream: StreamId) -> Result<(), StoreError> {
+        self.inner.pipeline.flush(stream).await
+    }
+
     async fn complete(&self, stream: StreamId) -> Result<(), StoreError> {
-        self.inner
-            .write(|reply| Command::Complete { stream, reply })
+        let inner = &*self.inner;
+        let (reply, answer) = oneshot::channel();
+        let mut reply = Some(reply);
+        let piped = inner.pipeline.complete(stream, |lane| {
+            let reply = reply.take().expect("the completion is sent once");
+            inner.send(Command::Complete {
+                stream,
+                lane: Some(Arc::clone(lane)),
+                reply,
+            })
+        })?;
+        if piped {
+            return answer
+                .await
+                .map_err(|_| unavailable("writer thread stopped"))?;
+        }
+        inner
+            .write(|reply| Command::Complete {
+                stream,
+                lane: None,
+                reply,
+            })
             .await
     }
 
@@ -552,6 +603,7 @@ impl EventStore for SqliteEventStore {
     }
 
     async fn remove_session(&self, session: &SessionId) -> Result<(), StoreError> {
+        self.inner.pipeline.remove_session(session);
         let session = session.clone();
         self.inner
             .write(|reply| Command::RemoveSession { session, reply })
@@ -779,8 +831,13 @@ enum Command {
         message: String,
         reply: Reply<EventId>,
     },
+    /// A pipelined append: answered through its lane after the commit.
+    Queued(Queued),
     Complete {
         stream: StreamId,
+        /// The stream's lane, for a pipelined stream: a completion after a failed commit on
+        /// it is refused, so that no stream ends with a gap before its end.
+        lane: Option<Arc<Lane>>,
         reply: Reply<()>,
     },
     RemoveSession {
@@ -809,16 +866,42 @@ enum Command {
     },
 }
 
+impl Command {
+    /// Answers a command that was not applied with `error`.
+    fn refuse(self, error: &StoreError) {
+        let error = error.clone();
+        match self {
+            Self::Queued(queued) => queued.lane.fail(&error),
+            Self::CreateStream { reply, .. } => drop(reply.send(Err(error))),
+            Self::Append { reply, .. } => drop(reply.send(Err(error))),
+            Self::Complete { reply, .. }
+            | Self::RemoveSession { reply, .. }
+            | Self::InsertSession { reply, .. }
+            | Self::Touch { reply, .. } => drop(reply.send(Err(error))),
+            Self::Usage { reply, .. } => drop(reply.send(Err(error))),
+            Self::RemoveRecord { reply, .. } => drop(reply.send(Err(error))),
+            Self::ExpireIdle { reply, .. } => drop(reply.send(Err(error))),
+        }
+    }
+}
+
 /// An answer held until its transaction commits (or fails, and every answer says so).
-type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+enum Answer {
+    /// A caller waiting for its command's result.
+    Reply(Box<dyn FnOnce(Option<&StoreError>) + Send>),
+    /// A pipelined append stored in this transaction, reported to its lane.
+    Queued(Queued),
+    /// Nothing to tell (a pipelined append dropped: see [`Writer::apply_queued`]).
+    Nothing,
+}
 
 fn answer<T: Send + 'static>(reply: Reply<T>, result: Result<T, StoreError>) -> Answer {
-    Box::new(move |failed: Option<&StoreError>| {
+    Answer::Reply(Box::new(move |failed: Option<&StoreError>| {
         let _ = reply.send(match failed {
             None => result,
             Some(error) => Err(error.clone()),
         });
-    })
+    }))
 }
 
 /// What waiters watch.
@@ -911,15 +994,44 @@ impl Writer {
 
     fn run_batch(&mut self, batch: Vec<Command>) {
         let mut answers = Vec::with_capacity(batch.len());
+        let mut commands = batch.into_iter();
         let result = self.transaction(|writer| {
-            for command in batch {
+            for command in commands.by_ref() {
                 answers.push(writer.apply(command)?);
             }
             Ok(())
         });
         let failed = result.err().map(unavailable);
+        if let Some(error) = &failed {
+            // Not applied: the transaction could not begin, or failed before reaching them.
+            for command in commands {
+                command.refuse(error);
+            }
+        }
+        // Consecutive appends of one stream move its watermark once.
+        let mut pending: Option<(Arc<Lane>, u64)> = None;
         for answer in answers {
-            answer(failed.as_ref());
+            match answer {
+                Answer::Reply(answer) => answer(failed.as_ref()),
+                Answer::Queued(queued) => match &failed {
+                    Some(error) => queued.lane.fail(error),
+                    None => match &mut pending {
+                        Some((lane, seq)) if Arc::ptr_eq(lane, &queued.lane) => {
+                            *seq = queued.id.seq;
+                        }
+                        _ => {
+                            let next = (Arc::clone(&queued.lane), queued.id.seq);
+                            if let Some((lane, seq)) = pending.replace(next) {
+                                lane.committed(seq);
+                            }
+                        }
+                    },
+                },
+                Answer::Nothing => {}
+            }
+        }
+        if let Some((lane, seq)) = pending {
+            lane.committed(seq);
         }
     }
 
@@ -1096,9 +1208,25 @@ impl Writer {
                 let result = self.append(stream, &message)?;
                 answer(reply, result)
             }
-            Command::Complete { stream, reply } => {
-                let result = self.complete(stream)?;
-                answer(reply, result)
+            Command::Queued(queued) => match self.apply_queued(&queued) {
+                Ok(true) => Answer::Queued(queued),
+                Ok(false) => Answer::Nothing,
+                Err(error) => {
+                    queued.lane.fail(&unavailable(&error));
+                    return Err(error);
+                }
+            },
+            Command::Complete {
+                stream,
+                lane,
+                reply,
+            } => {
+                if let Some(failure) = lane.and_then(|lane| lane.failure()) {
+                    answer(reply, Err(failure))
+                } else {
+                    let result = self.complete(stream)?;
+                    answer(reply, result)
+                }
             }
             Command::RemoveSession { session, reply } => {
                 self.remove_session(&session)?;
@@ -1253,8 +1381,44 @@ impl Writer {
         if len > self.config.max_bytes_per_session {
             return Ok(Err(StoreError::EventTooLarge));
         }
-        self.insert_event(stream, id.seq, &frame)?;
-        if let Some(state) = self.streams.get_mut(&stream) {
+        self.store_event(&session, id, &frame)?;
+        Ok(Ok(id))
+    }
+
+    /// Stores a pipelined append. The pipeline hands out seqs in order and refuses what this
+    /// would refuse, so a frame that does not fit here is dropped: its lane failed earlier
+    /// (the frames queued behind a failed commit), its session was removed, or, were the
+    /// pipeline wrong, its seq is not the next one, which fails its lane.
+    /// Returns whether it was stored.
+    fn apply_queued(&mut self, queued: &Queued) -> Sql<bool> {
+        if queued.lane.failure().is_some() {
+            return Ok(false);
+        }
+        let stream = queued.id.stream;
+        let Some(state) = self.streams.get(&stream) else {
+            return Ok(false);
+        };
+        if state.complete {
+            return Ok(false);
+        }
+        if state.next_seq != queued.id.seq {
+            tracing::error!(%stream, expected = state.next_seq, got = queued.id.seq, "sqlite store: pipelined append out of order");
+            queued
+                .lane
+                .fail(&unavailable("a pipelined append arrived out of order"));
+            return Ok(false);
+        }
+        let session = state.session.clone();
+        self.expire(&session, now_ms())?;
+        self.store_event(&session, queued.id, &queued.frame)?;
+        Ok(true)
+    }
+
+    /// Inserts the next event of a stream in the mirror's `session` and accounts for it.
+    fn store_event(&mut self, session: &SessionId, id: EventId, frame: &[u8]) -> Sql<()> {
+        let len = frame.len();
+        self.insert_event(id.stream, id.seq, frame)?;
+        if let Some(state) = self.streams.get_mut(&id.stream) {
             state.next_seq += 1;
             state.events += 1;
             state.bytes += len;
@@ -1262,10 +1426,9 @@ impl Writer {
         let usage = self.sessions.entry(session.clone()).or_default();
         usage.usage.events += 1;
         usage.usage.bytes += len;
-        usage.appended.push_back((stream, id.seq, len));
-        self.touched.push(stream);
-        self.evict_to_caps(&session)?;
-        Ok(Ok(id))
+        usage.appended.push_back((id.stream, id.seq, len));
+        self.touched.push(id.stream);
+        self.evict_to_caps(session)
     }
 
     fn gone_for_append(&self, stream: StreamId) -> Sql<Result<EventId, StoreError>> {

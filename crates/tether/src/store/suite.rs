@@ -76,6 +76,7 @@ macro_rules! __store_suite_checks {
                 wait_wakes_on_complete,
                 wait_wakes_on_remove_session,
                 concurrent_appends_keep_seqs_gap_free,
+                flush_makes_every_append_readable,
                 reads_are_scoped_to_the_owner,
                 unknown_streams_are_reported,
                 append_after_complete_fails,
@@ -221,8 +222,12 @@ async fn create(events: &dyn EventStore, owner: &StreamOwner) -> StreamId {
         .expect("create_stream")
 }
 
+/// Appends and waits until the event is durable (readable): what "acknowledged" means for a
+/// store whose appends are pipelined.
 async fn append(events: &dyn EventStore, stream: StreamId, json: &[u8]) -> EventId {
-    events.append(stream, json).await.expect("append")
+    let id = events.append(stream, json).await.expect("append");
+    events.flush(stream).await.expect("flush");
+    id
 }
 
 async fn read_after(
@@ -554,7 +559,11 @@ pub async fn concurrent_appends_keep_seqs_gap_free<E: AsyncFn(Caps) -> Arc<dyn E
             tasks.push(tokio::spawn(async move {
                 let mut seqs = Vec::new();
                 for n in 0..APPENDS_PER_TASK {
-                    let id = append(&*events, stream, &message(&format!("t{task}"), n)).await;
+                    // Not flushed: the appends of all tasks are in the pipeline at once.
+                    let id = events
+                        .append(stream, &message(&format!("t{task}"), n))
+                        .await
+                        .expect("append");
                     assert_eq!(id.stream, stream);
                     seqs.push(id.seq);
                     // Interleave with the other tasks, also on a single-threaded runtime.
@@ -576,6 +585,10 @@ pub async fn concurrent_appends_keep_seqs_gap_free<E: AsyncFn(Caps) -> Arc<dyn E
     }
     let total = (TASKS_PER_STREAM * APPENDS_PER_TASK) as u64;
     for (owner, stream) in &streams {
+        timeout(PROMPT, events.flush(*stream))
+            .await
+            .expect("flush returns")
+            .expect("flush");
         let batch = read_after(&*events, owner, *stream, 0).await.expect("read");
         let expected: Vec<u64> = (1..=total).collect();
         assert_eq!(
@@ -595,6 +608,59 @@ pub async fn concurrent_appends_keep_seqs_gap_free<E: AsyncFn(Caps) -> Arc<dyn E
             let expected: Vec<Vec<u8>> = (0..APPENDS_PER_TASK).map(|n| message(&tag, n)).collect();
             assert_eq!(mine, expected, "stream {stream}: task {task}'s order");
         }
+    }
+}
+
+/// Appends that were not waited for are all readable, in order, once `flush` returns; a
+/// waiter is woken by them; `complete` after unflushed appends ends the stream after them;
+/// `flush` of a stream with nothing pending, unknown or completed returns at once.
+pub async fn flush_makes_every_append_readable<E: AsyncFn(Caps) -> Arc<dyn EventStore>>(
+    new_events: &E,
+) {
+    const N: usize = 2000;
+    let events = new_events(Caps::ROOMY).await;
+    let owner = fresh_owner();
+    let stream = create(&*events, &owner).await;
+    let waiter = start_waiter(&events, stream, 0).await;
+    for n in 0..N {
+        let id = events
+            .append(stream, &message("flush", n))
+            .await
+            .expect("append");
+        assert_eq!(id.seq, n as u64 + 1, "seqs are handed out in append order");
+    }
+    timeout(PROMPT, events.flush(stream))
+        .await
+        .expect("flush returns")
+        .expect("flush");
+    assert_waiter_returns(waiter, false, "pipelined appends wake a waiter").await;
+    let batch = read_after(&*events, &owner, stream, 0).await.expect("read");
+    assert_eq!(seqs(&batch.events), (1..=N as u64).collect::<Vec<_>>());
+    assert!(!batch.complete);
+    let expected: Vec<Vec<u8>> = (0..N).map(|n| message("flush", n)).collect();
+    let got: Vec<Vec<u8>> = batch.events.iter().map(|e| e.message().to_vec()).collect();
+    assert!(got == expected, "every message once, in order");
+
+    let done = create(&*events, &owner).await;
+    for n in 0..10 {
+        events
+            .append(done, &message("done", n))
+            .await
+            .expect("append");
+    }
+    events.complete(done).await.expect("complete");
+    let batch = read_after(&*events, &owner, done, 0).await.expect("read");
+    assert_eq!(seqs(&batch.events), (1..=10).collect::<Vec<_>>());
+    assert!(
+        batch.complete,
+        "completion comes after the appends before it"
+    );
+
+    for stream in [stream, done, StreamId::generate()] {
+        timeout(PROMPT, events.flush(stream))
+            .await
+            .expect("flush returns at once")
+            .expect("nothing to report");
     }
 }
 
@@ -1148,6 +1214,7 @@ pub async fn reopen_loses_nothing_acknowledged<O: AsyncFn() -> Stores>(open: &O)
         for appender in appenders {
             appender.await.expect("appender");
         }
+        events.flush(live).await.expect("flush");
         append(&*events, done, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).await;
         events.complete(done).await.expect("complete");
         let before_live = read_all(&*events, &owner, live).await.expect("read");

@@ -26,7 +26,7 @@ pub use sessions::MemorySessionStore;
 /// generated (a client can only look up, never insert, one of its choosing), so the
 /// default hasher's protection against chosen collisions buys nothing for its cost; foldhash
 /// keeps a per-map random seed all the same.
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+pub(super) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Bounds and retention of a [`MemoryEventStore`]. Every field has a named default; see each
 /// constant for why that value.

@@ -1,0 +1,300 @@
+//! Pipelined durable appends: the front half that a durable backend puts before its commits,
+//! so that a handler's emit returns once its event is queued rather than once it is committed.
+//!
+//! A backend that commits in batches (SQLite's writer thread, Redis's pipelined scripts) opens
+//! a [`Lane`] per stream it created. An append takes the lane's next seq, builds the frame for
+//! it, and hands it to the backend's committer in the same step, so the committer sees each
+//! stream's events in seq order; then it returns. The committer reports back per lane:
+//! [`Lane::committed`] once the event is durable (SQLite's commit returned, Redis replied),
+//! [`Lane::fail`] when the commit failed. Readers never see anything this module holds: they
+//! read the backend, which has only what was committed, and they are woken by the backend
+//! after the commit. So "persist, then send" holds with the commit moved off the emitter's
+//! path.
+//!
+//! It owns the two bounds that keep memory bounded while emits run ahead of commits: a window
+//! of [`WINDOW`] uncommitted events per stream and a budget of [`QUEUED_BYTES`] of queued
+//! frames per store; an append waits (backpressure) while either is full. It does not own
+//! the commits, the readers or their wake-ups.
+//!
+//! # Failures
+//!
+//! A failed commit poisons the lanes of the streams it touched: the committer drops whatever
+//! else is queued on them (none of it was ever readable), and the next append, flush or
+//! complete of each such stream returns the error (the same [`StoreError`] an unpipelined
+//! append would have returned) and removes the lane. From then on that stream's appends take
+//! the backend's unpipelined path, whose answers come after the commit. The error means: the
+//! events appended to this stream since the last successful answer may be lost; the caller
+//! that must not lose one (a request's final response) follows it with
+//! [`EventStore::flush`](super::EventStore::flush) and appends again on an error.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tether_proto::ids::{EventId, SessionId, StreamId};
+use tokio::sync::{Notify, Semaphore};
+
+use super::memory::FastMap;
+use super::{StoreError, frame};
+use crate::lock as guard;
+
+/// Most events of one stream queued but not yet committed. Large enough that a committer
+/// taking everything queued commits thousands of events at once while the emitter fills the
+/// next batch; small enough that an emitter never runs far ahead of what a crash would keep.
+pub const WINDOW: u64 = 8192;
+
+/// Most bytes of frames queued but not yet committed, over all streams of one store: the
+/// bound on memory held for commits, whatever the number of streams.
+pub const QUEUED_BYTES: usize = 64 * 1024 * 1024;
+
+/// The pipelines of one store: its open lanes and its byte budget.
+pub(crate) struct Pipeline {
+    lanes: Mutex<FastMap<StreamId, Arc<Lane>>>,
+    budget: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("lanes", &guard(&self.lanes).len())
+            .field("budget", &self.budget.available_permits())
+            .finish()
+    }
+}
+
+impl Default for Pipeline {
+    fn default() -> Self {
+        Self {
+            lanes: Mutex::default(),
+            budget: Arc::new(Semaphore::new(QUEUED_BYTES)),
+        }
+    }
+}
+
+/// One stream's pipeline: the next seq to hand out, the durable watermark, and whether a
+/// commit failed.
+pub(crate) struct Lane {
+    stream: StreamId,
+    session: SessionId,
+    /// The next seq to hand out, and whether the stream was completed through this lane.
+    /// Appends hand their frame to the committer under this lock, so the committer receives
+    /// one stream's events in seq order.
+    state: Mutex<LaneState>,
+    /// Every seq below this is committed.
+    durable: AtomicU64,
+    /// A commit failed; the lane is dead (see the module docs).
+    poisoned: AtomicBool,
+    failure: Mutex<Option<StoreError>>,
+    /// Woken when `durable` moves or the lane is poisoned.
+    moved: Notify,
+    budget: Arc<Semaphore>,
+}
+
+struct LaneState {
+    next_seq: u64,
+    complete: bool,
+}
+
+/// A queued frame the committer must store on [`Lane`]'s stream.
+pub(crate) struct Queued {
+    /// The lane; the committer reports to it.
+    pub lane: Arc<Lane>,
+    /// The event's id (its seq is the lane's, in order).
+    pub id: EventId,
+    /// The complete SSE frame.
+    pub frame: Bytes,
+    /// Bytes of the store's budget this frame holds.
+    reserved: usize,
+}
+
+impl Drop for Queued {
+    /// Gives the frame's bytes back to the store's budget, once the committer has committed
+    /// or dropped it.
+    fn drop(&mut self) {
+        self.lane.budget.add_permits(self.reserved);
+    }
+}
+
+impl Pipeline {
+    /// Opens the lane of a stream just created, whose next seq is `next_seq`.
+    pub(crate) fn open(&self, stream: StreamId, session: SessionId, next_seq: u64) {
+        let lane = Arc::new(Lane {
+            stream,
+            session,
+            state: Mutex::new(LaneState {
+                next_seq,
+                complete: false,
+            }),
+            durable: AtomicU64::new(next_seq),
+            poisoned: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            moved: Notify::new(),
+            budget: Arc::clone(&self.budget),
+        });
+        guard(&self.lanes).insert(stream, lane);
+    }
+
+    /// The open lane of `stream`, if it has one (streams created by this store while it was
+    /// open and not yet completed or failed).
+    pub(crate) fn lane(&self, stream: StreamId) -> Option<Arc<Lane>> {
+        guard(&self.lanes).get(&stream).cloned()
+    }
+
+    /// Forgets the lanes of `session`'s streams (the session was removed: nothing of it is
+    /// readable any more, and later appends are the backend's to refuse).
+    pub(crate) fn remove_session(&self, session: &SessionId) {
+        guard(&self.lanes).retain(|_, lane| lane.session != *session);
+    }
+
+    /// Queues `message` on `lane`: waits while the lane's window or the store's byte budget
+    /// is full, then takes the next seq, builds the frame and passes it to `send` (which
+    /// hands it to the committer and must not block, or fails when the committer is gone),
+    /// and returns the event's id. The event
+    /// is readable once the committer reports it committed.
+    ///
+    /// `max_frame` is the largest frame the store keeps (its per-session byte cap): a larger
+    /// one is refused here, as the committer would.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::EventTooLarge`] over `max_frame`, [`StoreError::Completed`] after
+    /// [`complete`](Self::complete), and a commit failure of an earlier append (see the
+    /// module docs).
+    pub(crate) async fn append(
+        &self,
+        lane: &Arc<Lane>,
+        message: &str,
+        max_frame: usize,
+        send: impl FnOnce(Queued) -> Result<(), StoreError>,
+    ) -> Result<EventId, StoreError> {
+        let size = frame::message_frame_capacity(message);
+        // The budget counts the frame's exact length, given back by `Queued::release`.
+        let budget = u32::try_from(size.min(QUEUED_BYTES)).unwrap_or(u32::MAX);
+        let permit = match Arc::clone(&self.budget).try_acquire_many_owned(budget) {
+            Ok(permit) => permit,
+            Err(_) => Arc::clone(&self.budget)
+                .acquire_many_owned(budget)
+                .await
+                .map_err(|_| StoreError::Unavailable("store closed".into()))?,
+        };
+        loop {
+            let moved = lane.moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            {
+                self.take_failure(lane)?;
+                let mut state = guard(&lane.state);
+                if state.complete {
+                    return Err(StoreError::Completed);
+                }
+                if state.next_seq - lane.durable.load(Ordering::Acquire) < WINDOW {
+                    let id = EventId::new(lane.stream, state.next_seq);
+                    let frame = frame::message_frame(id, message);
+                    if frame.len() > max_frame {
+                        return Err(StoreError::EventTooLarge);
+                    }
+                    // Over-reserved by the id's unused digits: give the difference back now.
+                    let reserved = frame.len().min(budget as usize);
+                    permit.forget();
+                    lane.budget.add_permits(budget as usize - reserved);
+                    send(Queued {
+                        lane: Arc::clone(lane),
+                        id,
+                        frame,
+                        reserved,
+                    })?;
+                    state.next_seq += 1;
+                    return Ok(id);
+                }
+            }
+            moved.await;
+        }
+    }
+
+    /// Waits until everything queued on `stream` is committed; returns a commit failure of
+    /// any of it. At once for a stream without a lane.
+    pub(crate) async fn flush(&self, stream: StreamId) -> Result<(), StoreError> {
+        let Some(lane) = self.lane(stream) else {
+            return Ok(());
+        };
+        loop {
+            let moved = lane.moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            self.take_failure(&lane)?;
+            let next = guard(&lane.state).next_seq;
+            if lane.durable.load(Ordering::Acquire) >= next {
+                return Ok(());
+            }
+            moved.await;
+        }
+    }
+
+    /// Closes `stream`'s lane for completion: later appends are refused with
+    /// [`StoreError::Completed`], and `send` (called under the lane's lock, so after every
+    /// queued frame) hands the completion to the committer. Returns `Ok(false)` for a stream
+    /// without a lane (the backend completes it its usual way), and a commit failure of an
+    /// earlier append instead of completing.
+    pub(crate) fn complete(
+        &self,
+        stream: StreamId,
+        send: impl FnOnce(&Arc<Lane>) -> Result<(), StoreError>,
+    ) -> Result<bool, StoreError> {
+        let Some(lane) = self.lane(stream) else {
+            return Ok(false);
+        };
+        self.take_failure(&lane)?;
+        let sent = {
+            let mut state = guard(&lane.state);
+            state.complete = true;
+            send(&lane)
+        };
+        self.forget(&lane);
+        sent.map(|()| true)
+    }
+
+    /// Returns the lane's failure, if a commit failed, and forgets the lane.
+    fn take_failure(&self, lane: &Arc<Lane>) -> Result<(), StoreError> {
+        if !lane.poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.forget(lane);
+        Err(guard(&lane.failure)
+            .clone()
+            .unwrap_or_else(|| StoreError::Unavailable("an earlier append failed".into())))
+    }
+
+    fn forget(&self, lane: &Arc<Lane>) {
+        let mut lanes = guard(&self.lanes);
+        if lanes
+            .get(&lane.stream)
+            .is_some_and(|open| Arc::ptr_eq(open, lane))
+        {
+            lanes.remove(&lane.stream);
+        }
+    }
+}
+
+impl Lane {
+    /// Reports every seq up to and including `seq` committed (readable).
+    pub(crate) fn committed(&self, seq: u64) {
+        self.durable.fetch_max(seq + 1, Ordering::AcqRel);
+        self.moved.notify_waiters();
+    }
+
+    /// Reports a failed commit: the lane is dead, and its next caller hears `error`.
+    pub(crate) fn fail(&self, error: &StoreError) {
+        guard(&self.failure).get_or_insert_with(|| error.clone());
+        self.poisoned.store(true, Ordering::Release);
+        self.moved.notify_waiters();
+    }
+
+    /// The failure of a commit on this lane, if one failed: the committer then drops the
+    /// lane's other queued frames and refuses its completion.
+    pub(crate) fn failure(&self) -> Option<StoreError> {
+        if !self.poisoned.load(Ordering::Acquire) {
+            return None;
+        }
+        guard(&self.failure).clone()
+    }
+}
