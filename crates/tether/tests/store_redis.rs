@@ -229,6 +229,7 @@ async fn two_nodes_share_streams_and_wake_each_other() {
         .await
         .unwrap();
     a.append(stream, &progress(1)).await.unwrap();
+    a.flush(stream).await.unwrap();
     let batch = b.read_after(&owner, stream, 0, 10).await.unwrap();
     assert_eq!(batch.events.len(), 1);
     assert_eq!(batch.events[0].message(), &progress(1)[..]);
@@ -288,19 +289,16 @@ async fn concurrent_appends_from_two_nodes_stay_gap_free() {
             }));
         }
     }
-    let mut all = Vec::new();
-    for task in tasks {
+    for (n, task) in tasks.into_iter().enumerate() {
         let seqs = task.await.unwrap();
-        assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]));
-        all.extend(seqs);
+        // Node A created the stream, so its appends are pipelined and their ids predicted;
+        // once node B's appends conflict, A's are stored at the next free seqs instead.
+        if n >= TASKS_PER_NODE {
+            assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]));
+        }
     }
+    a.flush(stream).await.unwrap();
     let total = (2 * TASKS_PER_NODE * APPENDS) as u64;
-    all.sort_unstable();
-    assert_eq!(
-        all,
-        (1..=total).collect::<Vec<_>>(),
-        "each seq handed out once"
-    );
     let batch = b.read_after(&owner, stream, 0, usize::MAX).await.unwrap();
     let seqs: Vec<u64> = batch.events.iter().map(|event| event.id.seq).collect();
     assert_eq!(seqs, (1..=total).collect::<Vec<_>>(), "gap-free");
@@ -308,6 +306,22 @@ async fn concurrent_appends_from_two_nodes_stay_gap_free() {
     bodies.sort_unstable();
     bodies.dedup();
     assert_eq!(bodies.len() as u64, total, "every append stored once");
+    for node in 0..2 {
+        for task in 0..TASKS_PER_NODE {
+            let prefix = format!(r#"{{"node":{node},"task":{task},"#);
+            let mine: Vec<&[u8]> = batch
+                .events
+                .iter()
+                .map(|e| e.message())
+                .filter(|m| m.starts_with(prefix.as_bytes()))
+                .collect();
+            let expected: Vec<String> = (0..APPENDS)
+                .map(|n| format!(r#"{{"node":{node},"task":{task},"n":{n}}}"#))
+                .collect();
+            let expected: Vec<&[u8]> = expected.iter().map(|m| m.as_bytes()).collect();
+            assert_eq!(mine, expected, "node {node} task {task}: in its order");
+        }
+    }
 }
 
 /// The orphans of one node are not another node's: node B opening does not report the
@@ -396,11 +410,17 @@ async fn a_store_survives_a_redis_restart() {
         .await
         .unwrap();
     events.append(stream, &progress(1)).await.unwrap();
+    events.flush(stream).await.unwrap();
 
     server.kill().await.unwrap();
     let started = tokio::time::Instant::now();
     let down = [
-        events.append(stream, &progress(2)).await.map(drop),
+        // Pipelined: the append is queued; its commit's failure reaches the flush.
+        async {
+            events.append(stream, &progress(2)).await?;
+            events.flush(stream).await
+        }
+        .await,
         events.read_after(&owner, stream, 0, 10).await.map(drop),
         events.wait_for_more(stream, 1).await,
         events.usage(&owner.session).await.map(drop),

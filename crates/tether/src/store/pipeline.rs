@@ -84,6 +84,9 @@ pub(crate) struct Lane {
     durable: AtomicU64,
     /// A commit failed; the lane is dead (see the module docs).
     poisoned: AtomicBool,
+    /// Another writer appended to the stream: the committer stores this lane's frames one by
+    /// one at whatever seq is next (see [`Lane::demote`]).
+    demoted: AtomicBool,
     failure: Mutex<Option<StoreError>>,
     /// Woken when `durable` moves or the lane is poisoned.
     moved: Notify,
@@ -127,6 +130,7 @@ impl Pipeline {
             }),
             durable: AtomicU64::new(next_seq),
             poisoned: AtomicBool::new(false),
+            demoted: AtomicBool::new(false),
             failure: Mutex::new(None),
             moved: Notify::new(),
             budget: Arc::clone(&self.budget),
@@ -280,6 +284,20 @@ impl Lane {
     pub(crate) fn committed(&self, seq: u64) {
         self.durable.fetch_max(seq + 1, Ordering::AcqRel);
         self.moved.notify_waiters();
+    }
+
+    /// Marks the lane as sharing its stream with another writer (a node that claimed the
+    /// stream as an orphan, or a store without pipelines on another node). Its frames keep
+    /// their order through the committer, which stores each at the stream's next seq (the id
+    /// [`Pipeline::append`] returned is then not the one it is stored under) and reports it
+    /// with [`committed`](Self::committed) under the seq the lane gave it.
+    pub(crate) fn demote(&self) {
+        self.demoted.store(true, Ordering::Release);
+    }
+
+    /// Whether [`demote`](Self::demote) was called.
+    pub(crate) fn is_demoted(&self) -> bool {
+        self.demoted.load(Ordering::Acquire)
     }
 
     /// Reports a failed commit: the lane is dead, and its next caller hears `error`.

@@ -100,6 +100,7 @@ use self::relay::RelayState;
 use self::wake::{Listener, RECHECK, Watchers};
 use super::frame;
 use super::memory::MemoryStoreConfig;
+use super::pipeline::{Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
     StoredEvent, StreamKind, StreamOwner,
@@ -307,6 +308,7 @@ pub async fn open(
         cancel.clone(),
     ));
 
+    let (commits, queued) = tokio::sync::mpsc::unbounded_channel();
     let inner = Arc::new(Inner {
         config,
         conn,
@@ -315,8 +317,11 @@ pub async fn open(
         relay,
         next_seqs: Mutex::default(),
         orphans: Mutex::default(),
+        pipeline: Pipeline::default(),
+        commits,
         _stop: cancel.clone().drop_guard(),
     });
+    tokio::spawn(commit_loop(Arc::downgrade(&inner), queued));
     let reply = inner
         .run(
             &inner.scripts.node_open,
@@ -365,6 +370,75 @@ impl Listener for Heard {
 
 /// Runs the retention sweep every tenth of the retention (at most [`MAX_SWEEP_PERIOD`])
 /// until the store is dropped.
+/// What the pipeline hands to [`commit_loop`].
+enum Commit {
+    /// A pipelined append.
+    Append(Queued),
+    /// A completion, after the appends queued before it.
+    Complete {
+        stream: StreamId,
+        lane: Arc<Lane>,
+        reply: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+    },
+}
+
+/// Most pipelined appends sent in one script call.
+const MAX_APPENDS_PER_CALL: usize = 1024;
+
+/// Most frame bytes sent in one script call.
+const MAX_BYTES_PER_CALL: usize = 4 * 1024 * 1024;
+
+/// Commits what the pipeline queued: everything waiting, in order, as one APPEND_MANY call
+/// (one round trip for many appends of many streams), completions after the appends before
+/// them. One call at a time, so each stream's frames reach Redis in seq order.
+async fn commit_loop(
+    inner: std::sync::Weak<Inner>,
+    mut queued: tokio::sync::mpsc::UnboundedReceiver<Commit>,
+) {
+    let mut appends: Vec<Queued> = Vec::new();
+    while let Some(first) = queued.recv().await {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let mut next = Some(first);
+        let mut bytes = 0;
+        while let Some(commit) = next.take() {
+            match commit {
+                // Frames queued behind a failed commit are dropped (store/pipeline.rs).
+                Commit::Append(append) if append.lane.failure().is_some() => {}
+                Commit::Append(append) if append.lane.is_demoted() => {
+                    inner.append_many(std::mem::take(&mut appends)).await;
+                    bytes = 0;
+                    inner.append_demoted(&append).await;
+                }
+                Commit::Append(append) => {
+                    bytes += append.frame.len();
+                    appends.push(append);
+                    if appends.len() >= MAX_APPENDS_PER_CALL || bytes >= MAX_BYTES_PER_CALL {
+                        inner.append_many(std::mem::take(&mut appends)).await;
+                        bytes = 0;
+                    }
+                }
+                Commit::Complete {
+                    stream,
+                    lane,
+                    reply,
+                } => {
+                    inner.append_many(std::mem::take(&mut appends)).await;
+                    bytes = 0;
+                    let result = match lane.failure() {
+                        Some(failure) => Err(failure),
+                        None => inner.complete_now(stream).await,
+                    };
+                    let _ = reply.send(result);
+                }
+            }
+            next = queued.try_recv().ok();
+        }
+        inner.append_many(std::mem::take(&mut appends)).await;
+    }
+}
+
 async fn sweep_loop(inner: std::sync::Weak<Inner>, cancel: CancellationToken) {
     let period = inner.upgrade().map_or(MAX_SWEEP_PERIOD, |inner| {
         (inner.config.retention / 10).clamp(Duration::from_millis(10), MAX_SWEEP_PERIOD)
@@ -425,6 +499,7 @@ fn unavailable(error: impl fmt::Display) -> StoreError {
 struct Scripts {
     create: redis::Script,
     append: redis::Script,
+    append_many: redis::Script,
     complete: redis::Script,
     read: redis::Script,
     remove_session: redis::Script,
@@ -445,6 +520,7 @@ impl Scripts {
         Self {
             create: redis::Script::new(scripts::CREATE),
             append: redis::Script::new(scripts::APPEND),
+            append_many: redis::Script::new(scripts::APPEND_MANY),
             complete: redis::Script::new(scripts::COMPLETE),
             read: redis::Script::new(scripts::READ),
             remove_session: redis::Script::new(scripts::REMOVE_SESSION),
@@ -475,6 +551,10 @@ struct Inner {
     /// The Request streams an earlier process of this node left incomplete, found at open,
     /// until asked for.
     orphans: Mutex<Vec<OrphanedStream>>,
+    /// The append pipelines of the streams this store created.
+    pipeline: Pipeline,
+    /// What the pipeline hands to [`commit_loop`], in order.
+    commits: tokio::sync::mpsc::UnboundedSender<Commit>,
     /// Stops the subscriber, the heartbeat and the sweeper when the store is dropped.
     _stop: DropGuard,
 }
@@ -535,6 +615,149 @@ impl Inner {
                     self.config.command_timeout
                 ))
             })
+    }
+
+    /// Stores pipelined appends in one script call and reports each stream's outcome to its
+    /// lane.
+    async fn append_many(&self, appends: Vec<Queued>) {
+        if appends.is_empty() {
+            return;
+        }
+        let seqs: Vec<String> = appends.iter().map(|a| a.id.seq.to_string()).collect();
+        let streams: Vec<&str> = appends.iter().map(|a| a.id.stream.as_str()).collect();
+        let mut args: Vec<&(dyn AsRef<[u8]> + Sync)> = Vec::with_capacity(appends.len() * 3);
+        for ((append, seq), stream) in appends.iter().zip(&seqs).zip(&streams) {
+            args.push(stream);
+            args.push(seq);
+            args.push(&append.frame);
+        }
+        let reply = self.run(&self.scripts.append_many, &args).await;
+        let runs = match reply {
+            Ok(reply) if reply.status == "ok" => reply.values,
+            Ok(reply) => {
+                let error = unexpected(&reply.status);
+                appends.iter().for_each(|append| append.lane.fail(&error));
+                return;
+            }
+            Err(error) => {
+                appends.iter().for_each(|append| append.lane.fail(&error));
+                return;
+            }
+        };
+        // One reply triple per run of consecutive appends of one stream, in order.
+        let mut runs = runs.chunks(3);
+        let mut at = 0;
+        while at < appends.len() {
+            let lane = &appends[at].lane;
+            let stream = appends[at].id.stream;
+            let start = at;
+            let end = appends[at..]
+                .iter()
+                .position(|append| append.id.stream != stream)
+                .map_or(appends.len(), |len| at + len);
+            at = end;
+            let outcome = match runs.next() {
+                Some([_, Value::BulkString(status), Value::Int(next)]) => {
+                    Some((String::from_utf8_lossy(status).into_owned(), *next))
+                }
+                _ => None,
+            };
+            let Some((status, next)) = outcome else {
+                lane.fail(&unexpected("append_many reply"));
+                continue;
+            };
+            if status == "seq" {
+                // Another node stored this seq: nothing of the run was stored. Store it, and
+                // whatever the lane queues after it, one by one at the next free seqs.
+                lane.demote();
+                for append in &appends[start..end] {
+                    self.append_demoted(append).await;
+                }
+                continue;
+            }
+            let next = u64::try_from(next).unwrap_or(0);
+            if next > 0 {
+                lane.committed(next - 1);
+                self.remember_next_seq(stream, next);
+                self.watchers.wake(stream);
+            }
+            let error = match status.as_str() {
+                "ok" => continue,
+                "completed" => StoreError::Completed,
+                "unknown" => StoreError::UnknownStream,
+                "too_large" => StoreError::EventTooLarge,
+                other => unexpected(other),
+            };
+            self.forget_seq(stream);
+            lane.fail(&error);
+        }
+    }
+
+    /// Stores the message of a demoted lane's frame at the stream's next seq, and reports it.
+    async fn append_demoted(&self, append: &Queued) {
+        let start = frame::message_start(&append.frame);
+        let end = append.frame.len().saturating_sub(2);
+        let message = std::str::from_utf8(&append.frame[start..end]).unwrap_or_default();
+        match self.append_unpipelined(append.id.stream, message).await {
+            Ok(_) => append.lane.committed(append.id.seq),
+            Err(error) => append.lane.fail(&error),
+        }
+    }
+
+    /// Appends one message at the stream's next seq, in one script call per attempt (see
+    /// "Appends" in the module docs), and returns its id once Redis stored it.
+    async fn append_unpipelined(
+        &self,
+        stream: StreamId,
+        message: &str,
+    ) -> Result<EventId, StoreError> {
+        let mut seq = guard(&self.next_seqs).get(&stream).copied().unwrap_or(1);
+        loop {
+            let id = EventId::new(stream, seq);
+            let built = frame::message_frame(id, message);
+            let reply = self
+                .run(
+                    &self.scripts.append,
+                    &[&stream.as_str(), &seq.to_string(), &built],
+                )
+                .await?;
+            match reply.status.as_str() {
+                "ok" => {
+                    self.remember_next_seq(stream, seq + 1);
+                    self.watchers.wake(stream);
+                    return Ok(id);
+                }
+                // Another writer stored this seq first: build the frame for the right one.
+                "seq" => {
+                    seq = u64::try_from(reply.int(0)?).map_err(unavailable)?;
+                }
+                status => {
+                    self.forget_seq(stream);
+                    return Err(match status {
+                        "completed" => StoreError::Completed,
+                        "unknown" => StoreError::UnknownStream,
+                        "too_large" => StoreError::EventTooLarge,
+                        other => unexpected(other),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Completes `stream` now (after whatever the caller made sure was stored before).
+    async fn complete_now(&self, stream: StreamId) -> Result<(), StoreError> {
+        let reply = self
+            .run(&self.scripts.complete, &[&stream.as_str()])
+            .await?;
+        self.forget_seq(stream);
+        match reply.status.as_str() {
+            "ok" => {
+                self.watchers.wake(stream);
+                Ok(())
+            }
+            "unknown" => Err(StoreError::UnknownStream),
+            other => Err(unexpected(other)),
+        }
     }
 
     fn remember_next_seq(&self, stream: StreamId, next: u64) {
@@ -796,6 +1019,7 @@ impl EventStore for RedisEventStore {
         match reply.status.as_str() {
             "ok" => {
                 inner.remember_next_seq(stream, 1);
+                inner.pipeline.open(stream, owner.session.clone(), 1);
                 Ok(stream)
             }
             "too_many" => Err(StoreError::TooManyStreams),
@@ -803,56 +1027,54 @@ impl EventStore for RedisEventStore {
         }
     }
 
+    /// Pipelined for the streams this store created: returns once the event is queued; the
+    /// commit loop stores everything queued in one script call. Others (streams claimed as
+    /// orphans, or whose commit failed) wait for their script's answer.
     async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError> {
         let message = frame::validate(message)?;
         let inner = &*self.inner;
-        let mut seq = guard(&inner.next_seqs).get(&stream).copied().unwrap_or(1);
-        loop {
-            let id = EventId::new(stream, seq);
-            let built = frame::message_frame(id, message);
-            let reply = inner
-                .run(
-                    &inner.scripts.append,
-                    &[&stream.as_str(), &seq.to_string(), &built],
+        if let Some(lane) = inner.pipeline.lane(stream) {
+            return inner
+                .pipeline
+                .append(
+                    &lane,
+                    message,
+                    inner.config.max_bytes_per_session,
+                    |queued| {
+                        inner
+                            .commits
+                            .send(Commit::Append(queued))
+                            .map_err(|_| unavailable("store closed"))
+                    },
                 )
-                .await?;
-            match reply.status.as_str() {
-                "ok" => {
-                    inner.remember_next_seq(stream, seq + 1);
-                    inner.watchers.wake(stream);
-                    return Ok(id);
-                }
-                // Another writer stored this seq first: build the frame for the right one.
-                "seq" => {
-                    seq = u64::try_from(reply.int(0)?).map_err(unavailable)?;
-                }
-                status => {
-                    inner.forget_seq(stream);
-                    return Err(match status {
-                        "completed" => StoreError::Completed,
-                        "unknown" => StoreError::UnknownStream,
-                        "too_large" => StoreError::EventTooLarge,
-                        other => unexpected(other),
-                    });
-                }
-            }
+                .await;
         }
+        inner.append_unpipelined(stream, message).await
+    }
+
+    async fn flush(&self, stream: StreamId) -> Result<(), StoreError> {
+        self.inner.pipeline.flush(stream).await
     }
 
     async fn complete(&self, stream: StreamId) -> Result<(), StoreError> {
         let inner = &*self.inner;
-        let reply = inner
-            .run(&inner.scripts.complete, &[&stream.as_str()])
-            .await?;
-        inner.forget_seq(stream);
-        match reply.status.as_str() {
-            "ok" => {
-                inner.watchers.wake(stream);
-                Ok(())
-            }
-            "unknown" => Err(StoreError::UnknownStream),
-            other => Err(unexpected(other)),
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let mut reply = Some(reply);
+        let piped = inner.pipeline.complete(stream, |lane| {
+            let reply = reply.take().expect("the completion is sent once");
+            inner
+                .commits
+                .send(Commit::Complete {
+                    stream,
+                    lane: Arc::clone(lane),
+                    reply,
+                })
+                .map_err(|_| unavailable("store closed"))
+        })?;
+        if piped {
+            return answer.await.map_err(|_| unavailable("store closed"))?;
         }
+        inner.complete_now(stream).await
     }
 
     async fn read_after(
@@ -898,6 +1120,7 @@ impl EventStore for RedisEventStore {
 
     async fn remove_session(&self, session: &SessionId) -> Result<(), StoreError> {
         let inner = &*self.inner;
+        inner.pipeline.remove_session(session);
         let reply = inner
             .run(&inner.scripts.remove_session, &[&session.as_str()])
             .await?;

@@ -79,6 +79,74 @@ return {'ok'}
 "
 );
 
+/// Appends many frames in order, as the pipeline queued them (`store/pipeline.rs`). ARGV
+/// from 7: triples stream, seq, frame. A run of consecutive triples of one stream is checked,
+/// counted, logged, capped and announced once; each frame is stored only if its seq is the
+/// stream's next. Reply: `ok`, then for each run its stream, its status (`ok`, `completed`,
+/// `unknown`, `too_large` or `seq`: the frames of the run from the first refused one on are
+/// not stored) and the stream's next seq after the run.
+pub(super) const APPEND_MANY: &str = concat!(
+    include_str!("prelude.lua"),
+    r"
+local out = {'ok'}
+local n = #ARGV
+local i = 7
+local now = now_ms()
+while i <= n do
+  local s = ARGV[i]
+  local last = i
+  while last + 3 <= n and ARGV[last + 3] == s do last = last + 3 end
+  local ks = k_stream(s)
+  local sess = redis.call('HGET', ks, 'sess')
+  local status, next = 'ok', 0
+  local h = {}
+  if sess then
+    expire(sess, now)
+    h = redis.call('HMGET', ks, 'done', 'next')
+  end
+  if not sess or not h[1] then
+    status = gone_for_writer(s)
+  elseif h[1] == '1' then
+    status = 'completed'
+  else
+    next = tonumber(h[2])
+    local count, bytes, log = 0, 0, {}
+    for k = i, last, 3 do
+      local seq, frame = tonumber(ARGV[k + 1]), ARGV[k + 2]
+      local len = string.len(frame)
+      if seq ~= next then status = 'seq' break end
+      if len > MAX_BYTES then status = 'too_large' break end
+      redis.call('XADD', k_events(s), '1-' .. seq, 'f', frame)
+      next = next + 1
+      count = count + 1
+      bytes = bytes + len
+      log[count] = s .. ' ' .. seq .. ' ' .. len
+    end
+    if count > 0 then
+      redis.call('HSET', ks, 'next', next)
+      redis.call('HINCRBY', ks, 'ev', count)
+      redis.call('HINCRBY', ks, 'by', bytes)
+      local u = k_usage(sess)
+      redis.call('HINCRBY', u, 'events', count)
+      redis.call('HINCRBY', u, 'bytes', bytes)
+      for b = 1, count, 1000 do
+        redis.call('RPUSH', k_appended(sess), unpack(log, b, math.min(b + 999, count)))
+      end
+      -- Evicting once after the run keeps the same events as evicting after each one:
+      -- eviction takes the oldest first, and the run only adds.
+      evict_to_caps(sess)
+      wake(s)
+    end
+  end
+  out[#out + 1] = s
+  out[#out + 1] = status
+  out[#out + 1] = next
+  i = last + 3
+end
+return out
+"
+);
+
 /// Marks a stream complete (idempotent: a second completion does not restart retention).
 /// ARGV: stream.
 pub(super) const COMPLETE: &str = concat!(
