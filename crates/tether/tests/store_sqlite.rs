@@ -152,6 +152,7 @@ async fn full_durability_opens_and_stores() {
         .await
         .unwrap();
     events.append(stream, b"{}").await.unwrap();
+    events.flush(stream).await.unwrap();
     let batch = events.read_after(&owner, stream, 0, 10).await.unwrap();
     assert_eq!(batch.events.len(), 1);
 }

@@ -199,6 +199,7 @@ pub fn open(
         sessions: HashMap::new(),
         touched: Vec::new(),
         orphans: Vec::new(),
+        pending: Vec::new(),
     };
     writer.reload().map_err(fail)?;
     writer.publish_all();
@@ -259,6 +260,8 @@ fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(Duration::from_secs(5))?;
+    // Room for every statement the writer prepares, so none is prepared again per batch.
+    conn.set_prepared_statement_cache_capacity(64);
     // The first statement that reads the file: a file that is not a database fails here.
     // `auto_vacuum` takes effect only on a new file, before WAL mode writes its header.
     conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
@@ -958,7 +961,13 @@ struct Writer {
     touched: Vec<StreamId>,
     /// Incomplete Request streams found by [`Writer::reload`].
     orphans: Vec<OrphanedStream>,
+    /// Pipelined events accounted for but not yet inserted: written many rows per statement
+    /// ([`Writer::insert_pending`]) before any other command, eviction or commit.
+    pending: Vec<(StreamId, u64, Bytes)>,
 }
+
+/// Rows one multi-row insert of pipelined events writes.
+const ROWS_PER_INSERT: usize = 64;
 
 type Sql<T> = rusqlite::Result<T>;
 
@@ -1038,7 +1047,9 @@ impl Writer {
     /// Runs `f` in one transaction; on failure rolls back and reloads the mirror.
     fn transaction(&mut self, f: impl FnOnce(&mut Self) -> Sql<()>) -> Sql<()> {
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = f(self).and_then(|()| self.conn.execute_batch("COMMIT"));
+        let result = f(self)
+            .and_then(|()| self.insert_pending())
+            .and_then(|()| self.conn.execute_batch("COMMIT"));
         match result {
             Ok(()) => {
                 self.shared.transactions.fetch_add(1, Ordering::Relaxed);
@@ -1048,6 +1059,7 @@ impl Writer {
             Err(error) => {
                 let _ = self.conn.execute_batch("ROLLBACK");
                 self.touched.clear();
+                self.pending.clear();
                 if let Err(reload) = self.reload() {
                     tracing::error!(%reload, "sqlite store: reloading after a failed batch");
                 }
@@ -1189,6 +1201,10 @@ impl Writer {
     }
 
     fn apply(&mut self, command: Command) -> Sql<Answer> {
+        if !matches!(command, Command::Queued(_)) {
+            // Every other command may read or remove events: they must be in the table.
+            self.insert_pending()?;
+        }
         Ok(match command {
             Command::CreateStream {
                 owner,
@@ -1410,24 +1426,70 @@ impl Writer {
         }
         let session = state.session.clone();
         self.expire(&session, now_ms())?;
-        self.store_event(&session, queued.id, &queued.frame)?;
+        self.pending
+            .push((stream, queued.id.seq, queued.frame.clone()));
+        self.account_event(&session, queued.id, queued.frame.len())?;
         Ok(true)
+    }
+
+    /// Inserts the pipelined events accounted for so far, [`ROWS_PER_INSERT`] per statement.
+    fn insert_pending(&mut self) -> Sql<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let mut chunks = pending.chunks_exact(ROWS_PER_INSERT);
+        if chunks.len() > 0 {
+            let sql = format!(
+                "INSERT INTO events (stream, seq, frame) VALUES {}",
+                vec!["(?, ?, ?)"; ROWS_PER_INSERT].join(", ")
+            );
+            let mut statement = self.conn.prepare_cached(&sql)?;
+            for chunk in chunks.by_ref() {
+                let mut at = 1;
+                for (stream, seq, frame) in chunk {
+                    statement.raw_bind_parameter(at, stream.as_str())?;
+                    statement
+                        .raw_bind_parameter(at + 1, i64::try_from(*seq).unwrap_or(i64::MAX))?;
+                    statement.raw_bind_parameter(at + 2, &frame[..])?;
+                    at += 3;
+                }
+                statement.raw_execute()?;
+            }
+        }
+        for (stream, seq, frame) in chunks.remainder() {
+            self.insert_event(*stream, *seq, frame)?;
+        }
+        Ok(())
     }
 
     /// Inserts the next event of a stream in the mirror's `session` and accounts for it.
     fn store_event(&mut self, session: &SessionId, id: EventId, frame: &[u8]) -> Sql<()> {
-        let len = frame.len();
         self.insert_event(id.stream, id.seq, frame)?;
+        self.account_event(session, id, frame.len())
+    }
+
+    /// Counts the next event of a stream (stored, or pending) in the mirror, and evicts to
+    /// the caps.
+    fn account_event(&mut self, session: &SessionId, id: EventId, len: usize) -> Sql<()> {
         if let Some(state) = self.streams.get_mut(&id.stream) {
             state.next_seq += 1;
             state.events += 1;
             state.bytes += len;
         }
-        let usage = self.sessions.entry(session.clone()).or_default();
-        usage.usage.events += 1;
-        usage.usage.bytes += len;
-        usage.appended.push_back((id.stream, id.seq, len));
-        self.touched.push(id.stream);
+        if !self.sessions.contains_key(session) {
+            self.sessions
+                .insert(session.clone(), SessionState::default());
+        }
+        if let Some(usage) = self.sessions.get_mut(session) {
+            usage.usage.events += 1;
+            usage.usage.bytes += len;
+            usage.appended.push_back((id.stream, id.seq, len));
+        }
+        // One wake-up per stream and batch run, not per event.
+        if self.touched.last() != Some(&id.stream) {
+            self.touched.push(id.stream);
+        }
         self.evict_to_caps(session)
     }
 
@@ -1541,6 +1603,8 @@ impl Writer {
             {
                 return Ok(());
             }
+            // Eviction deletes rows: the pending ones must be there to be deleted.
+            self.insert_pending()?;
             if !self.evict_oldest_completed(session)? && !self.evict_oldest_live_event(session)? {
                 return Ok(());
             }
