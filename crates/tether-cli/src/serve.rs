@@ -84,6 +84,14 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "STORE", value_parser = parse_store)]
     store: Option<StoreSpec>,
 
+    /// How SQLite commits reach the disk (WAL mode): `normal` (synchronous = NORMAL: a
+    /// commit survives the process being killed; the last commits before a power loss or
+    /// OS crash may be lost) or `full` (synchronous = FULL: every commit is synced, so it
+    /// survives power loss too). Either way nothing is sent before it is committed, so a
+    /// crash never takes back an event a client saw. Ignored by the other stores.
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Normal)]
+    durability: DurabilityArg,
+
     /// The SSE `retry` (milliseconds) sent on every stream: how long clients wait before
     /// reconnecting.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
@@ -217,6 +225,15 @@ enum Demo {
     Count,
     /// The MCP conformance suite's fixtures, plus `count` and `echo`.
     Conformance,
+}
+
+/// `--durability`: [`sqlite::Durability`] by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DurabilityArg {
+    /// `synchronous = NORMAL` (the default).
+    Normal,
+    /// `synchronous = FULL`.
+    Full,
 }
 
 /// A parsed `--store` value.
@@ -366,6 +383,10 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         bounds: args.store_bounds(),
         node_lease: Duration::from_secs(args.node_lease_secs),
+        durability: match args.durability {
+            DurabilityArg::Normal => sqlite::Durability::Normal,
+            DurabilityArg::Full => sqlite::Durability::Full,
+        },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -419,6 +440,7 @@ async fn build_server(
             sqlite_config.max_events_per_session = bounds.max_events_per_session;
             sqlite_config.max_bytes_per_session = bounds.max_bytes_per_session;
             sqlite_config.max_streams_per_session = bounds.max_streams_per_session;
+            sqlite_config.durability = store.durability;
             let (events, sessions) = sqlite::open(sqlite_config)
                 .with_context(|| format!("opening the store {}", path.display()))?;
             (Arc::new(events), Arc::new(sessions))
@@ -463,6 +485,8 @@ struct Store {
     /// the same ones).
     bounds: MemoryStoreConfig,
     node_lease: Duration,
+    /// SQLite's `synchronous` setting.
+    durability: sqlite::Durability,
 }
 
 /// What answers the requests, and who may send them.

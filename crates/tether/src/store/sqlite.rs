@@ -888,10 +888,13 @@ impl Command {
     }
 }
 
+/// Tells a waiting caller its command's result, given the transaction's failure if any.
+type Respond = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
 /// An answer held until its transaction commits (or fails, and every answer says so).
 enum Answer {
     /// A caller waiting for its command's result.
-    Reply(Box<dyn FnOnce(Option<&StoreError>) + Send>),
+    Reply(Respond),
     /// A pipelined append stored in this transaction, reported to its lane.
     Queued(Queued),
     /// Nothing to tell (a pipelined append dropped: see [`Writer::apply_queued`]).
