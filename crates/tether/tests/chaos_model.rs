@@ -248,6 +248,11 @@ async fn run_store_ops(mut backend: Backend<'_>, ops: &[StoreOp]) -> Result<(), 
                     continue;
                 }
                 let id = result.map_err(|e| at(format!("append: {e}")))?;
+                // Acknowledged means durable: a pipelined store's reads see it after this.
+                store
+                    .flush(s.id)
+                    .await
+                    .map_err(|e| at(format!("flush: {e}")))?;
                 let expected = s.messages.len() as u64 + 1;
                 if id.stream != s.id || id.seq != expected {
                     return Err(at(format!("append returned {id}, expected seq {expected}")));
