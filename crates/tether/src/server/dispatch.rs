@@ -334,6 +334,19 @@ async fn drive_stream(
     }
     while let Some(done) = running.join_next().await {
         let Ok(Some(response)) = done else { continue };
+        // What the handler emitted must be stored before its answer is: a commit that failed
+        // late (store/pipeline.rs) lost events it was told were queued, so the request is
+        // answered as it would have been had its emit failed, after a gap-free prefix.
+        let response = match shared.events.flush(related).await {
+            Ok(()) => response,
+            Err(error) => {
+                tracing::warn!(%error, "events of a request were lost: answering with an error");
+                RpcResponse::error(
+                    response.id().cloned(),
+                    ErrorObject::new(INTERNAL_ERROR, error.to_string()),
+                )
+            }
+        };
         let bytes = runtime.response_bytes(&response);
         // Flushed, so that a commit failure the pipeline reports late (store/pipeline.rs)
         // is seen here and the response appended again, rather than lost.
