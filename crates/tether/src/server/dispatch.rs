@@ -341,10 +341,10 @@ async fn drive_stream(
             Ok(()) => response,
             Err(error) => {
                 tracing::warn!(%error, "events of a request were lost: answering with an error");
-                RpcResponse::error(
-                    response.id().cloned(),
-                    ErrorObject::new(INTERNAL_ERROR, error.to_string()),
-                )
+                let error = ServerError::Store(error)
+                    .error_object()
+                    .expect("a store failure has a JSON-RPC error");
+                RpcResponse::error(response.id().cloned(), error)
             }
         };
         let bytes = runtime.response_bytes(&response);

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tether_proto::ids::{EventId, SessionId, StreamId};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, oneshot};
 
 use super::memory::FastMap;
 use super::{StoreError, frame};
@@ -82,7 +82,8 @@ pub(crate) struct Lane {
     state: Mutex<LaneState>,
     /// Every seq below this is committed.
     durable: AtomicU64,
-    /// A commit failed; the lane is dead (see the module docs).
+    /// A commit failed; the lane is dead (see the module docs). Set after `failure`, and
+    /// read on every append so that the lock is taken only once something failed.
     poisoned: AtomicBool,
     /// Another writer appended to the stream: the committer stores this lane's frames one by
     /// one at whatever seq is next (see [`Lane::demote`]).
@@ -97,6 +98,9 @@ struct LaneState {
     next_seq: u64,
     complete: bool,
 }
+
+/// Where the committer answers a completion handed to it by [`Pipeline::complete`].
+pub(crate) type CompletionReply = oneshot::Sender<Result<(), StoreError>>;
 
 /// A queued frame the committer must store on [`Lane`]'s stream.
 pub(crate) struct Queued {
@@ -150,11 +154,11 @@ impl Pipeline {
         guard(&self.lanes).retain(|_, lane| lane.session != *session);
     }
 
-    /// Queues `message` on `lane`: waits while the lane's window or the store's byte budget
-    /// is full, then takes the next seq, builds the frame and passes it to `send` (which
-    /// hands it to the committer and must not block, or fails when the committer is gone),
-    /// and returns the event's id. The event
-    /// is readable once the committer reports it committed.
+    /// Queues `message` on `stream`'s lane: waits while the lane's window or the store's byte
+    /// budget is full, then takes the next seq, builds the frame and passes it to `send`
+    /// (which hands it to the committer and must not block, or fails when the committer is
+    /// gone), and returns the event's id. The event is readable once the committer reports it
+    /// committed. `None` for a stream without a lane: the backend appends it its own way.
     ///
     /// `max_frame` is the largest frame the store keeps (its per-session byte cap): a larger
     /// one is refused here, as the committer would.
@@ -166,13 +170,24 @@ impl Pipeline {
     /// module docs).
     pub(crate) async fn append(
         &self,
+        stream: StreamId,
+        message: &str,
+        max_frame: usize,
+        send: impl FnOnce(Queued) -> Result<(), StoreError>,
+    ) -> Option<Result<EventId, StoreError>> {
+        let lane = self.lane(stream)?;
+        Some(self.append_on(&lane, message, max_frame, send).await)
+    }
+
+    async fn append_on(
+        &self,
         lane: &Arc<Lane>,
         message: &str,
         max_frame: usize,
         send: impl FnOnce(Queued) -> Result<(), StoreError>,
     ) -> Result<EventId, StoreError> {
+        // Reserved at the frame's longest; the unused rest is given back once it is built.
         let size = frame::message_frame_capacity(message);
-        // The budget counts the frame's exact length, given back by `Queued::release`.
         let budget = u32::try_from(size.min(QUEUED_BYTES)).unwrap_or(u32::MAX);
         let permit = match Arc::clone(&self.budget).try_acquire_many_owned(budget) {
             Ok(permit) => permit,
@@ -181,10 +196,15 @@ impl Pipeline {
                 .await
                 .map_err(|_| StoreError::Unavailable("store closed".into()))?,
         };
+        // The waiter is registered only when the window is full, and the window checked again
+        // after registering, so a commit in between is not missed.
+        let mut waiting = false;
         loop {
             let moved = lane.moved.notified();
             tokio::pin!(moved);
-            moved.as_mut().enable();
+            if waiting {
+                moved.as_mut().enable();
+            }
             {
                 self.take_failure(lane)?;
                 let mut state = guard(&lane.state);
@@ -197,7 +217,6 @@ impl Pipeline {
                     if frame.len() > max_frame {
                         return Err(StoreError::EventTooLarge);
                     }
-                    // Over-reserved by the id's unused digits: give the difference back now.
                     let reserved = frame.len().min(budget as usize);
                     permit.forget();
                     lane.budget.add_permits(budget as usize - reserved);
@@ -211,7 +230,10 @@ impl Pipeline {
                     return Ok(id);
                 }
             }
-            moved.await;
+            if waiting {
+                moved.await;
+            }
+            waiting = true;
         }
     }
 
@@ -221,51 +243,64 @@ impl Pipeline {
         let Some(lane) = self.lane(stream) else {
             return Ok(());
         };
+        // As in `append_on`: a waiter only once there is something to wait for.
+        let mut waiting = false;
         loop {
             let moved = lane.moved.notified();
             tokio::pin!(moved);
-            moved.as_mut().enable();
+            if waiting {
+                moved.as_mut().enable();
+            }
             self.take_failure(&lane)?;
             let next = guard(&lane.state).next_seq;
             if lane.durable.load(Ordering::Acquire) >= next {
                 return Ok(());
             }
-            moved.await;
+            if waiting {
+                moved.await;
+            }
+            waiting = true;
         }
     }
 
-    /// Closes `stream`'s lane for completion: later appends are refused with
-    /// [`StoreError::Completed`], and `send` (called under the lane's lock, so after every
-    /// queued frame) hands the completion to the committer. Returns `Ok(false)` for a stream
-    /// without a lane (the backend completes it its usual way), and a commit failure of an
-    /// earlier append instead of completing.
-    pub(crate) fn complete(
+    /// Completes `stream` through its lane: later appends are refused with
+    /// [`StoreError::Completed`], `send` (called under the lane's lock, so after every queued
+    /// frame) hands the lane and a reply to the committer, and the committer's answer is
+    /// returned. A commit failure of an earlier append is returned instead of completing.
+    /// `None` for a stream without a lane: the backend completes it its own way.
+    pub(crate) async fn complete(
         &self,
         stream: StreamId,
-        send: impl FnOnce(&Arc<Lane>) -> Result<(), StoreError>,
-    ) -> Result<bool, StoreError> {
-        let Some(lane) = self.lane(stream) else {
-            return Ok(false);
-        };
-        self.take_failure(&lane)?;
+        send: impl FnOnce(Arc<Lane>, CompletionReply) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        let lane = self.lane(stream)?;
+        if let Err(failure) = self.take_failure(&lane) {
+            return Some(Err(failure));
+        }
+        let (reply, answer) = oneshot::channel();
         let sent = {
             let mut state = guard(&lane.state);
             state.complete = true;
-            send(&lane)
+            send(Arc::clone(&lane), reply)
         };
         self.forget(&lane);
-        sent.map(|()| true)
+        if let Err(error) = sent {
+            return Some(Err(error));
+        }
+        Some(
+            answer
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Unavailable("store closed".into()))),
+        )
     }
 
     /// Returns the lane's failure, if a commit failed, and forgets the lane.
     fn take_failure(&self, lane: &Arc<Lane>) -> Result<(), StoreError> {
-        if !lane.poisoned.load(Ordering::Acquire) {
+        let Some(failure) = lane.failure() else {
             return Ok(());
-        }
+        };
         self.forget(lane);
-        Err(guard(&lane.failure)
-            .clone()
-            .unwrap_or_else(|| StoreError::Unavailable("an earlier append failed".into())))
+        Err(failure)
     }
 
     fn forget(&self, lane: &Arc<Lane>) {
@@ -279,7 +314,32 @@ impl Pipeline {
     }
 }
 
+/// Reports committed appends, in commit order, to their lanes: each lane once per run of its
+/// consecutive appends, so that a waiter wakes once per commit rather than once per event.
+pub(crate) fn report_committed(appends: impl IntoIterator<Item = Queued>) {
+    let mut run: Option<(Arc<Lane>, u64)> = None;
+    for append in appends {
+        match &mut run {
+            Some((lane, seq)) if Arc::ptr_eq(lane, &append.lane) => *seq = append.id.seq,
+            _ => {
+                let next = (Arc::clone(&append.lane), append.id.seq);
+                if let Some((lane, seq)) = run.replace(next) {
+                    lane.committed(seq);
+                }
+            }
+        }
+    }
+    if let Some((lane, seq)) = run {
+        lane.committed(seq);
+    }
+}
+
 impl Lane {
+    /// The session that owns the lane's stream.
+    pub(crate) fn session(&self) -> &SessionId {
+        &self.session
+    }
+
     /// Reports every seq up to and including `seq` committed (readable).
     pub(crate) fn committed(&self, seq: u64) {
         self.durable.fetch_max(seq + 1, Ordering::AcqRel);
@@ -302,6 +362,7 @@ impl Lane {
 
     /// Reports a failed commit: the lane is dead, and its next caller hears `error`.
     pub(crate) fn fail(&self, error: &StoreError) {
+        // The failure is in place before the flag says so (see `failure`).
         guard(&self.failure).get_or_insert_with(|| error.clone());
         self.poisoned.store(true, Ordering::Release);
         self.moved.notify_waiters();

@@ -65,7 +65,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::frame;
 use super::memory::MemoryStoreConfig;
-use super::pipeline::{Lane, Pipeline, Queued};
+use super::pipeline::{self, CompletionReply, Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
     StoredEvent, StreamKind, StreamOwner,
@@ -502,16 +502,17 @@ impl EventStore for SqliteEventStore {
     async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError> {
         let message = frame::validate(message)?;
         let inner = &*self.inner;
-        if let Some(lane) = inner.pipeline.lane(stream) {
-            return inner
-                .pipeline
-                .append(
-                    &lane,
-                    message,
-                    inner.config.max_bytes_per_session,
-                    |queued| inner.send(Command::Queued(queued)),
-                )
-                .await;
+        let queued = inner
+            .pipeline
+            .append(
+                stream,
+                message,
+                inner.config.max_bytes_per_session,
+                |queued| inner.send(Command::Queued(queued)),
+            )
+            .await;
+        if let Some(result) = queued {
+            return result;
         }
         let message = message.to_owned();
         inner
@@ -529,20 +530,18 @@ impl EventStore for SqliteEventStore {
 
     async fn complete(&self, stream: StreamId) -> Result<(), StoreError> {
         let inner = &*self.inner;
-        let (reply, answer) = oneshot::channel();
-        let mut reply = Some(reply);
-        let piped = inner.pipeline.complete(stream, |lane| {
-            let reply = reply.take().expect("the completion is sent once");
-            inner.send(Command::Complete {
-                stream,
-                lane: Some(Arc::clone(lane)),
-                reply,
+        let piped = inner
+            .pipeline
+            .complete(stream, |lane, reply| {
+                inner.send(Command::Complete {
+                    stream,
+                    lane: Some(lane),
+                    reply,
+                })
             })
-        })?;
-        if piped {
-            return answer
-                .await
-                .map_err(|_| unavailable("writer thread stopped"))?;
+            .await;
+        if let Some(result) = piped {
+            return result;
         }
         inner
             .write(|reply| Command::Complete {
@@ -841,7 +840,7 @@ enum Command {
         /// The stream's lane, for a pipelined stream: a completion after a failed commit on
         /// it is refused, so that no stream ends with a gap before its end.
         lane: Option<Arc<Lane>>,
-        reply: Reply<()>,
+        reply: CompletionReply,
     },
     RemoveSession {
         session: SessionId,
@@ -964,8 +963,8 @@ struct Writer {
     touched: Vec<StreamId>,
     /// Incomplete Request streams found by [`Writer::reload`].
     orphans: Vec<OrphanedStream>,
-    /// Pipelined events accounted for but not yet inserted: written many rows per statement
-    /// ([`Writer::insert_pending`]) before any other command, eviction or commit.
+    /// Events accounted for but not yet inserted (pipelined or not): written many rows per
+    /// statement ([`Writer::insert_pending`]) before any other command, eviction or commit.
     pending: Vec<(StreamId, u64, Bytes)>,
 }
 
@@ -1020,31 +1019,18 @@ impl Writer {
                 command.refuse(error);
             }
         }
-        // Consecutive appends of one stream move its watermark once.
-        let mut pending: Option<(Arc<Lane>, u64)> = None;
+        let mut committed = Vec::new();
         for answer in answers {
             match answer {
                 Answer::Reply(answer) => answer(failed.as_ref()),
                 Answer::Queued(queued) => match &failed {
                     Some(error) => queued.lane.fail(error),
-                    None => match &mut pending {
-                        Some((lane, seq)) if Arc::ptr_eq(lane, &queued.lane) => {
-                            *seq = queued.id.seq;
-                        }
-                        _ => {
-                            let next = (Arc::clone(&queued.lane), queued.id.seq);
-                            if let Some((lane, seq)) = pending.replace(next) {
-                                lane.committed(seq);
-                            }
-                        }
-                    },
+                    None => committed.push(queued),
                 },
                 Answer::Nothing => {}
             }
         }
-        if let Some((lane, seq)) = pending {
-            lane.committed(seq);
-        }
+        pipeline::report_committed(committed);
     }
 
     /// Runs `f` in one transaction; on failure rolls back and reloads the mirror.
@@ -1400,7 +1386,7 @@ impl Writer {
         if len > self.config.max_bytes_per_session {
             return Ok(Err(StoreError::EventTooLarge));
         }
-        self.store_event(&session, id, &frame)?;
+        self.add_event(&session, id, frame)?;
         Ok(Ok(id))
     }
 
@@ -1427,15 +1413,13 @@ impl Writer {
                 .fail(&unavailable("a pipelined append arrived out of order"));
             return Ok(false);
         }
-        let session = state.session.clone();
-        self.expire(&session, now_ms())?;
-        self.pending
-            .push((stream, queued.id.seq, queued.frame.clone()));
-        self.account_event(&session, queued.id, queued.frame.len())?;
+        let session = queued.lane.session();
+        self.expire(session, now_ms())?;
+        self.add_event(session, queued.id, queued.frame.clone())?;
         Ok(true)
     }
 
-    /// Inserts the pipelined events accounted for so far, [`ROWS_PER_INSERT`] per statement.
+    /// Inserts the events accounted for so far, [`ROWS_PER_INSERT`] per statement.
     fn insert_pending(&mut self) -> Sql<()> {
         if self.pending.is_empty() {
             return Ok(());
@@ -1466,15 +1450,11 @@ impl Writer {
         Ok(())
     }
 
-    /// Inserts the next event of a stream in the mirror's `session` and accounts for it.
-    fn store_event(&mut self, session: &SessionId, id: EventId, frame: &[u8]) -> Sql<()> {
-        self.insert_event(id.stream, id.seq, frame)?;
-        self.account_event(session, id, frame.len())
-    }
-
-    /// Counts the next event of a stream (stored, or pending) in the mirror, and evicts to
-    /// the caps.
-    fn account_event(&mut self, session: &SessionId, id: EventId, len: usize) -> Sql<()> {
+    /// Adds the next event of a stream of `session`: its row to the pending inserts, its
+    /// counts to the mirror; then evicts to the caps.
+    fn add_event(&mut self, session: &SessionId, id: EventId, frame: Bytes) -> Sql<()> {
+        let len = frame.len();
+        self.pending.push((id.stream, id.seq, frame));
         if let Some(state) = self.streams.get_mut(&id.stream) {
             state.next_seq += 1;
             state.events += 1;

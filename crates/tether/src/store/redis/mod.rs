@@ -100,7 +100,7 @@ use self::relay::RelayState;
 use self::wake::{Listener, RECHECK, Watchers};
 use super::frame;
 use super::memory::MemoryStoreConfig;
-use super::pipeline::{Lane, Pipeline, Queued};
+use super::pipeline::{CompletionReply, Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
     StoredEvent, StreamKind, StreamOwner,
@@ -378,7 +378,7 @@ enum Commit {
     Complete {
         stream: StreamId,
         lane: Arc<Lane>,
-        reply: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+        reply: CompletionReply,
     },
 }
 
@@ -617,6 +617,13 @@ impl Inner {
             })
     }
 
+    /// Hands `commit` to the commit loop.
+    fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        self.commits
+            .send(commit)
+            .map_err(|_| unavailable("store closed"))
+    }
+
     /// Stores pipelined appends in one script call and reports each stream's outcome to its
     /// lane.
     async fn append_many(&self, appends: Vec<Queued>) {
@@ -656,16 +663,11 @@ impl Inner {
                 .position(|append| append.id.stream != stream)
                 .map_or(appends.len(), |len| at + len);
             at = end;
-            let outcome = match runs.next() {
-                Some([_, Value::BulkString(status), Value::Int(next)]) => {
-                    Some((String::from_utf8_lossy(status).into_owned(), *next))
-                }
-                _ => None,
-            };
-            let Some((status, next)) = outcome else {
+            let Some([_, Value::BulkString(status), Value::Int(next)]) = runs.next() else {
                 lane.fail(&unexpected("append_many reply"));
                 continue;
             };
+            let status = std::str::from_utf8(status).unwrap_or("?");
             if status == "seq" {
                 // Another node stored this seq: nothing of the run was stored. Store it, and
                 // whatever the lane queues after it, one by one at the next free seqs.
@@ -675,29 +677,24 @@ impl Inner {
                 }
                 continue;
             }
-            let next = u64::try_from(next).unwrap_or(0);
+            let next = u64::try_from(*next).unwrap_or(0);
             if next > 0 {
                 lane.committed(next - 1);
                 self.remember_next_seq(stream, next);
                 self.watchers.wake(stream);
             }
-            let error = match status.as_str() {
-                "ok" => continue,
-                "completed" => StoreError::Completed,
-                "unknown" => StoreError::UnknownStream,
-                "too_large" => StoreError::EventTooLarge,
-                other => unexpected(other),
-            };
-            self.forget_seq(stream);
-            lane.fail(&error);
+            if status != "ok" {
+                self.forget_seq(stream);
+                lane.fail(&append_refused(status));
+            }
         }
     }
 
     /// Stores the message of a demoted lane's frame at the stream's next seq, and reports it.
     async fn append_demoted(&self, append: &Queued) {
-        let start = frame::message_start(&append.frame);
-        let end = append.frame.len().saturating_sub(2);
-        let message = std::str::from_utf8(&append.frame[start..end]).unwrap_or_default();
+        let event = StoredEvent::new(append.id, append.frame.clone(), None);
+        // The frame was built from a validated message.
+        let message = std::str::from_utf8(event.message()).unwrap_or_default();
         match self.append_unpipelined(append.id.stream, message).await {
             Ok(_) => append.lane.committed(append.id.seq),
             Err(error) => append.lane.fail(&error),
@@ -733,12 +730,7 @@ impl Inner {
                 }
                 status => {
                     self.forget_seq(stream);
-                    return Err(match status {
-                        "completed" => StoreError::Completed,
-                        "unknown" => StoreError::UnknownStream,
-                        "too_large" => StoreError::EventTooLarge,
-                        other => unexpected(other),
-                    });
+                    return Err(append_refused(status));
                 }
             }
         }
@@ -906,6 +898,16 @@ fn orphans_in(reply: Reply) -> Result<Vec<OrphanedStream>, StoreError> {
     Ok(orphans)
 }
 
+/// The error of an append script's refusal status.
+fn append_refused(status: &str) -> StoreError {
+    match status {
+        "completed" => StoreError::Completed,
+        "unknown" => StoreError::UnknownStream,
+        "too_large" => StoreError::EventTooLarge,
+        other => unexpected(other),
+    }
+}
+
 fn unexpected(what: &str) -> StoreError {
     unavailable(format!("unexpected reply from a tether script: {what}"))
 }
@@ -1033,23 +1035,19 @@ impl EventStore for RedisEventStore {
     async fn append(&self, stream: StreamId, message: &[u8]) -> Result<EventId, StoreError> {
         let message = frame::validate(message)?;
         let inner = &*self.inner;
-        if let Some(lane) = inner.pipeline.lane(stream) {
-            return inner
-                .pipeline
-                .append(
-                    &lane,
-                    message,
-                    inner.config.max_bytes_per_session,
-                    |queued| {
-                        inner
-                            .commits
-                            .send(Commit::Append(queued))
-                            .map_err(|_| unavailable("store closed"))
-                    },
-                )
-                .await;
+        let queued = inner
+            .pipeline
+            .append(
+                stream,
+                message,
+                inner.config.max_bytes_per_session,
+                |queued| inner.commit(Commit::Append(queued)),
+            )
+            .await;
+        match queued {
+            Some(result) => result,
+            None => inner.append_unpipelined(stream, message).await,
         }
-        inner.append_unpipelined(stream, message).await
     }
 
     async fn flush(&self, stream: StreamId) -> Result<(), StoreError> {
@@ -1058,23 +1056,20 @@ impl EventStore for RedisEventStore {
 
     async fn complete(&self, stream: StreamId) -> Result<(), StoreError> {
         let inner = &*self.inner;
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let mut reply = Some(reply);
-        let piped = inner.pipeline.complete(stream, |lane| {
-            let reply = reply.take().expect("the completion is sent once");
-            inner
-                .commits
-                .send(Commit::Complete {
+        let piped = inner
+            .pipeline
+            .complete(stream, |lane, reply| {
+                inner.commit(Commit::Complete {
                     stream,
-                    lane: Arc::clone(lane),
+                    lane,
                     reply,
                 })
-                .map_err(|_| unavailable("store closed"))
-        })?;
-        if piped {
-            return answer.await.map_err(|_| unavailable("store closed"))?;
+            })
+            .await;
+        match piped {
+            Some(result) => result,
+            None => inner.complete_now(stream).await,
         }
-        inner.complete_now(stream).await
     }
 
     async fn read_after(
