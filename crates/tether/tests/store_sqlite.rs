@@ -480,3 +480,108 @@ async fn one_streams_appends_share_commits() {
     );
     assert_eq!(seqs_read(&events, &owner, stream).await.len(), N + 1);
 }
+
+/// A file written before chunks (one `events` row per event) opens with every event readable
+/// in order, its usage counted, and later appends following on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_one_row_per_event_is_converted_when_opened() {
+    let dir = TempDir::new().unwrap();
+    let (events, owner, stream) = open_with_stream(dir.path()).await;
+    for n in 1..=5 {
+        events.append(stream, &progress(n)).await.unwrap();
+    }
+    events.flush(stream).await.unwrap();
+    let written = events.read_from_start(&owner, stream, 100).await.unwrap();
+    let usage = events.usage(&owner.session).await.unwrap();
+    drop(events);
+
+    // The earlier layout, holding the same frames.
+    let conn = rusqlite::Connection::open(dir.path().join("tether.db")).unwrap();
+    conn.execute_batch(
+        "DELETE FROM chunks;
+         CREATE TABLE events (stream TEXT NOT NULL, seq INTEGER NOT NULL, frame BLOB NOT NULL,
+                              PRIMARY KEY (stream, seq));",
+    )
+    .unwrap();
+    for event in &written.events {
+        conn.execute(
+            "INSERT INTO events (stream, seq, frame) VALUES (?1, ?2, ?3)",
+            rusqlite::params![stream.as_str(), event.id.seq as i64, event.frame.as_ref()],
+        )
+        .unwrap();
+    }
+    drop(conn);
+
+    let (events, _sessions) = sqlite::open(config_in(dir.path())).unwrap();
+    let read = events.read_from_start(&owner, stream, 100).await.unwrap();
+    assert_eq!(read.events, written.events, "the same events, in order");
+    assert_eq!(events.usage(&owner.session).await.unwrap(), usage);
+    let next = events.append(stream, &progress(6)).await.unwrap();
+    assert_eq!(next.seq, 6);
+    events.flush(stream).await.unwrap();
+    drop(events);
+    let conn = rusqlite::Connection::open(dir.path().join("tether.db")).unwrap();
+    let old: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'events'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(old, 0, "the old table is gone");
+}
+
+/// The event cap evicts single events out of a chunk of many: what is left, and its usage,
+/// are the same before and after a reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicting_part_of_a_chunk_holds_across_a_reopen() {
+    const CAP: usize = 10;
+    let dir = TempDir::new().unwrap();
+    let capped = || SqliteStoreConfig {
+        max_events_per_session: CAP,
+        ..config_in(dir.path())
+    };
+    let (events, sessions) = sqlite::open(capped()).unwrap();
+    let owner = owner();
+    let stream = events
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
+        .await
+        .unwrap();
+    let before = events.transactions();
+    for n in 1..=25 {
+        events.append(stream, &progress(n)).await.unwrap();
+    }
+    events.flush(stream).await.unwrap();
+    assert!(
+        events.transactions() - before < 25,
+        "appends shared commits, so chunks held several events"
+    );
+    let retained = |batch: tether::store::ReadBatch| -> Vec<u64> {
+        batch.events.iter().map(|e| e.id.seq).collect()
+    };
+    let kept = retained(events.read_after(&owner, stream, 15, 100).await.unwrap());
+    assert_eq!(kept, (16..=25).collect::<Vec<_>>());
+    assert_eq!(
+        events.read_after(&owner, stream, 14, 100).await,
+        Err(StoreError::Expired),
+        "seq 15 was evicted"
+    );
+    let usage = events.usage(&owner.session).await.unwrap();
+    assert_eq!(usage.events, CAP);
+    drop((events, sessions));
+
+    let (events, _sessions) = sqlite::open(capped()).unwrap();
+    assert_eq!(
+        retained(events.read_after(&owner, stream, 15, 100).await.unwrap()),
+        kept
+    );
+    assert_eq!(events.usage(&owner.session).await.unwrap(), usage);
+    // Eviction goes on from where it stopped.
+    events.append(stream, &progress(26)).await.unwrap();
+    events.flush(stream).await.unwrap();
+    assert_eq!(
+        retained(events.read_after(&owner, stream, 16, 100).await.unwrap()),
+        (17..=26).collect::<Vec<_>>()
+    );
+    assert_eq!(events.usage(&owner.session).await.unwrap().events, CAP);
+}

@@ -34,6 +34,8 @@
 //!    would exceed them the store evicts the session's oldest events (completed streams first)
 //!    and readers that still needed them get `Expired`.
 
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+mod chunk;
 mod frame;
 pub mod memory;
 pub(crate) mod pipeline;

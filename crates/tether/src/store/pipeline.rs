@@ -316,9 +316,12 @@ impl Pipeline {
 
 /// Reports committed appends, in commit order, to their lanes: each lane once per run of its
 /// consecutive appends, so that a waiter wakes once per commit rather than once per event.
+/// The appends come from one store's committer; their bytes go back to its budget at once.
 pub(crate) fn report_committed(appends: impl IntoIterator<Item = Queued>) {
     let mut run: Option<(Arc<Lane>, u64)> = None;
-    for append in appends {
+    let mut released = 0;
+    for mut append in appends {
+        released += std::mem::take(&mut append.reserved);
         match &mut run {
             Some((lane, seq)) if Arc::ptr_eq(lane, &append.lane) => *seq = append.id.seq,
             _ => {
@@ -330,6 +333,7 @@ pub(crate) fn report_committed(appends: impl IntoIterator<Item = Queued>) {
         }
     }
     if let Some((lane, seq)) = run {
+        lane.budget.add_permits(released);
         lane.committed(seq);
     }
 }

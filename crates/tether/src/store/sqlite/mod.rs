@@ -15,8 +15,11 @@
 //!
 //! # Layout
 //!
-//! - `events(stream, seq, frame)`, primary key `(stream, seq)` (the index every read uses):
-//!   the SSE frames, encoded once at append exactly as [`MemoryEventStore`] encodes them.
+//! - `chunks(stream, first_seq, last_seq, frames)`, primary key `(stream, first_seq)` (the
+//!   index every read uses): the SSE frames, encoded once at append exactly as
+//!   [`MemoryEventStore`] encodes them, many consecutive events of one stream per row (see
+//!   `store/chunk.rs`). A file written before chunks (one `events` row per event) is converted
+//!   when it is opened.
 //! - `streams(stream, principal, session, kind, first_seq, completed_at, requests)`: owner
 //!   and state of each stream; `first_seq` is the oldest seq still stored (or the next seq
 //!   when none is); `requests` the JSON array of the request ids a Request stream answers.
@@ -35,7 +38,8 @@
 //! checks need no reads. Between batches (and when idle) it deletes completed streams past
 //! retention, a bounded number at a time, leaving tombstones, then returns a bounded number
 //! of free pages to the file system (`auto_vacuum = INCREMENTAL`, set when the file is
-//! created).
+//! created). Copying the WAL back into the file (a checkpoint, and its syncs) is a second
+//! thread's job, woken after every few MiB committed, so no commit waits for one.
 //!
 //! # Reads
 //!
@@ -63,13 +67,13 @@ use tether_proto::jsonrpc::RequestId;
 use tether_proto::version::ProtocolVersion;
 use tokio::sync::{oneshot, watch};
 
-use super::frame;
-use super::memory::MemoryStoreConfig;
+use super::memory::{FastMap, MemoryStoreConfig};
 use super::pipeline::{self, CompletionReply, Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
     StoredEvent, StreamKind, StreamOwner,
 };
+use super::{chunk, frame};
 
 /// How SQLite syncs commits to disk (`PRAGMA synchronous`, always in WAL mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -154,8 +158,8 @@ pub enum SqliteOpenError {
         /// What the file system said.
         source: std::io::Error,
     },
-    /// The writer thread could not be started.
-    #[error("cannot start the SQLite writer thread: {0}")]
+    /// The writer or checkpoint thread could not be started.
+    #[error("cannot start the SQLite store's threads: {0}")]
     Thread(#[from] std::io::Error),
 }
 
@@ -195,11 +199,15 @@ pub fn open(
         conn,
         config: config.clone(),
         shared: Arc::clone(&shared),
-        streams: HashMap::new(),
-        sessions: HashMap::new(),
+        streams: FastMap::default(),
+        sessions: FastMap::default(),
         touched: Vec::new(),
         orphans: Vec::new(),
         pending: Vec::new(),
+        inserted: 0,
+        chunk: Vec::new(),
+        batch_started: 0,
+        checkpointer: Checkpointer::start(&config.path)?,
     };
     writer.reload().map_err(fail)?;
     writer.publish_all();
@@ -263,15 +271,22 @@ fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
     // Room for every statement the writer prepares, so none is prepared again per batch.
     conn.set_prepared_statement_cache_capacity(64);
     // The first statement that reads the file: a file that is not a database fails here.
-    // `auto_vacuum` takes effect only on a new file, before WAL mode writes its header.
-    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+    // `page_size` and `auto_vacuum` take effect only on a new file, before WAL mode writes
+    // its header. 16 KiB pages hold a chunk of events in a few pages, with fewer b-tree
+    // pages rewritten per commit and copied per checkpoint than 4 KiB ones.
+    conn.execute_batch("PRAGMA page_size = 16384; PRAGMA auto_vacuum = INCREMENTAL")?;
     let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     let synchronous = match config.durability {
         Durability::Normal => "NORMAL",
         Durability::Full => "FULL",
     };
+    // Checkpoints run on their own thread (`Checkpointer`), not inside the writer's commits;
+    // the page cache holds a large batch's pages, so a transaction does not spill mid-way.
     conn.execute_batch(&format!(
         "PRAGMA synchronous = {synchronous};
+         PRAGMA wal_autocheckpoint = 0;
+         PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};
+         PRAGMA cache_size = -{WRITER_CACHE_KIB};
          CREATE TABLE IF NOT EXISTS streams (
              stream TEXT PRIMARY KEY NOT NULL,
              principal TEXT NOT NULL,
@@ -282,11 +297,12 @@ fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
              requests TEXT NOT NULL DEFAULT '[]'
          );
          CREATE INDEX IF NOT EXISTS streams_by_session ON streams (session);
-         CREATE TABLE IF NOT EXISTS events (
+         CREATE TABLE IF NOT EXISTS chunks (
              stream TEXT NOT NULL,
-             seq INTEGER NOT NULL,
-             frame BLOB NOT NULL,
-             PRIMARY KEY (stream, seq)
+             first_seq INTEGER NOT NULL,
+             last_seq INTEGER NOT NULL,
+             frames BLOB NOT NULL,
+             PRIMARY KEY (stream, first_seq)
          );
          CREATE TABLE IF NOT EXISTS tombstones (
              stream TEXT PRIMARY KEY NOT NULL,
@@ -302,7 +318,137 @@ fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
              last_seen INTEGER NOT NULL
          );"
     ))?;
+    convert_events_table(&conn)?;
     Ok(conn)
+}
+
+/// Converts a file written before chunks: each row of its `events(stream, seq, frame)`
+/// table becomes a chunk of one event, in the order they were appended, and the table goes.
+/// One transaction: a crash leaves the file as it was, converted at the next open.
+fn convert_events_table(conn: &Connection) -> rusqlite::Result<()> {
+    let old: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !old {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let converted = (|| {
+        let mut read = conn.prepare("SELECT stream, seq, frame FROM events ORDER BY rowid")?;
+        let mut write = conn.prepare(
+            "INSERT INTO chunks (stream, first_seq, last_seq, frames) VALUES (?1, ?2, ?2, ?3)",
+        )?;
+        let mut rows = read.query([])?;
+        let mut encoded = Vec::new();
+        while let Some(row) = rows.next()? {
+            let stream: String = row.get(0)?;
+            let seq: i64 = row.get(1)?;
+            encoded.clear();
+            chunk::push(&mut encoded, row.get_ref(2)?.as_blob()?);
+            write.execute(params![stream, seq, encoded])?;
+        }
+        drop(rows);
+        conn.execute_batch("DROP TABLE events; COMMIT")
+    })();
+    if converted.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    converted
+}
+
+/// Bytes of WAL the writer commits (estimated from what it inserts) before it asks the
+/// checkpointer to copy the WAL back into the database file: SQLite's own auto-checkpoint
+/// threshold (1000 pages).
+const CHECKPOINT_AFTER_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The size the WAL file is truncated to after a checkpoint let it restart.
+const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// The writer connection's page cache, in KiB.
+const WRITER_CACHE_KIB: u64 = 16 * 1024;
+
+/// Copies the WAL back into the database file on a thread of its own, so the writer's commits
+/// never wait for a checkpoint or its syncs. PASSIVE checkpoints run beside the writer and
+/// the readers without taking a lock they wait on.
+struct Checkpointer {
+    signal: Arc<(Mutex<CheckpointState>, std::sync::Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct CheckpointState {
+    /// WAL bytes committed since the last checkpoint began (an estimate).
+    committed: u64,
+    stop: bool,
+}
+
+impl Checkpointer {
+    fn start(path: &Path) -> std::io::Result<Self> {
+        let signal: Arc<(Mutex<CheckpointState>, std::sync::Condvar)> = Arc::default();
+        let shared = Arc::clone(&signal);
+        let path = path.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("tether-sqlite-checkpoint".into())
+            .spawn(move || checkpoint_loop(&path, &shared))?;
+        Ok(Self {
+            signal,
+            thread: Some(thread),
+        })
+    }
+
+    /// Counts `bytes` committed to the WAL; wakes the checkpointer past the threshold.
+    fn committed(&self, bytes: u64) {
+        let (state, wake) = &*self.signal;
+        let mut state = guard(state);
+        state.committed += bytes;
+        if state.committed >= CHECKPOINT_AFTER_BYTES {
+            wake.notify_one();
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let (state, wake) = &*self.signal;
+        guard(state).stop = true;
+        wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn checkpoint_loop(path: &Path, signal: &(Mutex<CheckpointState>, std::sync::Condvar)) {
+    let conn = match Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    ) {
+        Ok(conn) => conn,
+        Err(error) => {
+            tracing::error!(%error, "sqlite store: no checkpoint connection; the WAL will grow until the store closes");
+            return;
+        }
+    };
+    let (state, wake) = signal;
+    loop {
+        {
+            let mut state = guard(state);
+            while !state.stop && state.committed < CHECKPOINT_AFTER_BYTES {
+                state = wake
+                    .wait(state)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            if state.stop {
+                return;
+            }
+            state.committed = 0;
+        }
+        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(%error, "sqlite store: checkpoint failed; retried after the next commits");
+        }
+    }
 }
 
 fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
@@ -341,7 +487,8 @@ const MAX_IDLE_READERS: usize = 8;
 /// Most commands applied in one transaction.
 const MAX_BATCH: usize = 4096;
 
-/// Most free pages (4 KiB each) returned to the file system per sweep.
+/// Most free pages (16 KiB each in a file this version created) returned to the file system
+/// per sweep.
 const VACUUM_PAGES: usize = 1024;
 
 /// Most expired streams deleted between two batches, so appends never wait long for it.
@@ -713,8 +860,8 @@ impl SessionStore for SqliteSessionStore {
 }
 
 /// A stored frame as an event: the message is the `data` line's value.
-fn stored_event(id: EventId, frame: Vec<u8>) -> StoredEvent {
-    StoredEvent::new(id, Bytes::from(frame), None)
+fn stored_event(id: EventId, frame: Bytes) -> StoredEvent {
+    StoredEvent::new(id, frame, None)
 }
 
 /// One read, in one read transaction so the stream row and its events agree.
@@ -780,31 +927,42 @@ fn read(
     if from < first_seq {
         return Err(StoreError::Expired);
     }
-    // One more than asked for tells whether the batch reaches the end.
-    let fetch = i64::try_from(limit)
-        .unwrap_or(i64::MAX - 1)
-        .saturating_add(1);
+    // From the chunk holding `from` (the last one starting at or before it) on, until one
+    // more event than asked for tells whether the batch reaches the end.
     let mut events = Vec::new();
     let mut more = false;
     {
         let mut statement = tx
             .prepare_cached(
-                "SELECT seq, frame FROM events WHERE stream = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+                "SELECT first_seq, frames FROM chunks WHERE stream = ?1 AND first_seq >= coalesce(
+                     (SELECT max(first_seq) FROM chunks WHERE stream = ?1 AND first_seq <= ?2), ?2)
+                 ORDER BY first_seq",
             )
             .map_err(unavailable)?;
-        let from = i64::try_from(from).unwrap_or(i64::MAX);
         let mut rows = statement
-            .query(params![stream.as_str(), from, fetch])
+            .query(params![
+                stream.as_str(),
+                i64::try_from(from).unwrap_or(i64::MAX)
+            ])
             .map_err(unavailable)?;
-        while let Some(row) = rows.next().map_err(unavailable)? {
-            if events.len() == limit {
-                more = true;
-                break;
+        'rows: while let Some(row) = rows.next().map_err(unavailable)? {
+            let first: i64 = row.get(0).map_err(unavailable)?;
+            let first = u64::try_from(first).unwrap_or(0);
+            let blob = row
+                .get_ref(1)
+                .and_then(|value| Ok(value.as_blob()?))
+                .map_err(unavailable)?;
+            for (seq, frame) in (first..).zip(chunk::frames(Bytes::copy_from_slice(blob))) {
+                let frame = frame.map_err(unavailable)?;
+                if seq < from {
+                    continue;
+                }
+                if events.len() == limit {
+                    more = true;
+                    break 'rows;
+                }
+                events.push(stored_event(EventId::new(stream, seq), frame));
             }
-            let seq: i64 = row.get(0).map_err(unavailable)?;
-            let frame: Vec<u8> = row.get(1).map_err(unavailable)?;
-            let id = EventId::new(stream, u64::try_from(seq).unwrap_or(0));
-            events.push(stored_event(id, frame));
         }
     }
     drop(tx);
@@ -957,8 +1115,8 @@ struct Writer {
     conn: Connection,
     config: SqliteStoreConfig,
     shared: Arc<Shared>,
-    streams: HashMap<StreamId, StreamState>,
-    sessions: HashMap<SessionId, SessionState>,
+    streams: FastMap<StreamId, StreamState>,
+    sessions: FastMap<SessionId, SessionState>,
     /// Streams whose progress changed in this batch (published after commit).
     touched: Vec<StreamId>,
     /// Incomplete Request streams found by [`Writer::reload`].
@@ -966,10 +1124,15 @@ struct Writer {
     /// Events accounted for but not yet inserted (pipelined or not): written many rows per
     /// statement ([`Writer::insert_pending`]) before any other command, eviction or commit.
     pending: Vec<(StreamId, u64, Bytes)>,
+    /// Bytes inserted in the open transaction: what the checkpointer is told it committed.
+    inserted: u64,
+    /// The chunk being encoded, kept between commits for its allocation.
+    chunk: Vec<u8>,
+    /// When the current batch began (ms since the epoch): the time retention is checked at
+    /// for the pipelined appends in it, rather than reading the clock per event.
+    batch_started: i64,
+    checkpointer: Checkpointer,
 }
-
-/// Rows one multi-row insert of pipelined events writes.
-const ROWS_PER_INSERT: usize = 64;
 
 type Sql<T> = rusqlite::Result<T>;
 
@@ -1004,6 +1167,7 @@ impl Writer {
     }
 
     fn run_batch(&mut self, batch: Vec<Command>) {
+        self.batch_started = now_ms();
         let mut answers = Vec::with_capacity(batch.len());
         let mut commands = batch.into_iter();
         let result = self.transaction(|writer| {
@@ -1043,9 +1207,13 @@ impl Writer {
             Ok(()) => {
                 self.shared.transactions.fetch_add(1, Ordering::Relaxed);
                 self.publish();
+                // A page for the commit's own bookkeeping, beside the rows.
+                self.checkpointer
+                    .committed(std::mem::take(&mut self.inserted) + 4096);
                 Ok(())
             }
             Err(error) => {
+                self.inserted = 0;
                 let _ = self.conn.execute_batch("ROLLBACK");
                 self.touched.clear();
                 self.pending.clear();
@@ -1164,26 +1332,39 @@ impl Writer {
                 state.completed.push_back((at, stream));
             }
         }
+        // Chunks in the order they were inserted: each session's events in append order,
+        // up to the order of streams within one commit.
         let mut statement = self
             .conn
-            .prepare("SELECT stream, seq, length(frame) FROM events ORDER BY rowid")?;
+            .prepare("SELECT stream, first_seq, frames FROM chunks ORDER BY rowid")?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
             let Ok(stream) = StreamId::parse(&row.get::<_, String>(0)?) else {
                 continue;
             };
-            let seq = u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0);
-            let len = usize::try_from(row.get::<_, i64>(2)?).unwrap_or(0);
+            let first = u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0);
             let Some(state) = self.streams.get_mut(&stream) else {
                 continue;
             };
-            state.next_seq = state.next_seq.max(seq + 1);
-            state.events += 1;
-            state.bytes += len;
-            if let Some(session) = self.sessions.get_mut(&state.session) {
-                session.usage.events += 1;
-                session.usage.bytes += len;
-                session.appended.push_back((stream, seq, len));
+            let blob = Bytes::copy_from_slice(row.get_ref(2)?.as_blob()?);
+            for (seq, frame) in (first..).zip(chunk::frames(blob)) {
+                let Ok(frame) = frame else {
+                    tracing::error!(%stream, "sqlite store: a stored chunk is malformed; its events after the last whole one are left out");
+                    break;
+                };
+                // The head of a chunk whose first events were evicted.
+                if seq < state.first_seq {
+                    continue;
+                }
+                let len = frame.len();
+                state.next_seq = state.next_seq.max(seq + 1);
+                state.events += 1;
+                state.bytes += len;
+                if let Some(session) = self.sessions.get_mut(&state.session) {
+                    session.usage.events += 1;
+                    session.usage.bytes += len;
+                    session.appended.push_back((stream, seq, len));
+                }
             }
         }
         Ok(())
@@ -1334,8 +1515,8 @@ impl Writer {
                 kind,
                 requests
             ])?;
-        self.insert_event(stream, EventId::PRIMING_SEQ, &frame)?;
         let len = frame.len();
+        self.pending.push((stream, EventId::PRIMING_SEQ, frame));
         self.streams.insert(
             stream,
             StreamState {
@@ -1356,17 +1537,6 @@ impl Writer {
         self.touched.push(stream);
         self.evict_to_caps(&owner.session)?;
         Ok(Ok(stream))
-    }
-
-    fn insert_event(&self, stream: StreamId, seq: u64, frame: &[u8]) -> Sql<()> {
-        self.conn
-            .prepare_cached("INSERT INTO events (stream, seq, frame) VALUES (?1, ?2, ?3)")?
-            .execute(params![
-                stream.as_str(),
-                i64::try_from(seq).unwrap_or(i64::MAX),
-                frame
-            ])?;
-        Ok(())
     }
 
     fn append(&mut self, stream: StreamId, message: &str) -> Sql<Result<EventId, StoreError>> {
@@ -1414,38 +1584,74 @@ impl Writer {
             return Ok(false);
         }
         let session = queued.lane.session();
-        self.expire(session, now_ms())?;
+        self.expire(session, self.batch_started)?;
         self.add_event(session, queued.id, queued.frame.clone())?;
         Ok(true)
     }
 
-    /// Inserts the events accounted for so far, [`ROWS_PER_INSERT`] per statement.
+    /// Inserts the events accounted for so far: each stream's consecutive events as few
+    /// chunks as [`chunk::MAX_EVENTS`] and [`chunk::MAX_BYTES`] allow.
     fn insert_pending(&mut self) -> Sql<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
         let pending = std::mem::take(&mut self.pending);
-        let mut chunks = pending.chunks_exact(ROWS_PER_INSERT);
-        if chunks.len() > 0 {
-            let sql = format!(
-                "INSERT INTO events (stream, seq, frame) VALUES {}",
-                vec!["(?, ?, ?)"; ROWS_PER_INSERT].join(", ")
-            );
-            let mut statement = self.conn.prepare_cached(&sql)?;
-            for chunk in chunks.by_ref() {
-                let mut at = 1;
-                for (stream, seq, frame) in chunk {
-                    statement.raw_bind_parameter(at, stream.as_str())?;
-                    statement
-                        .raw_bind_parameter(at + 1, i64::try_from(*seq).unwrap_or(i64::MAX))?;
-                    statement.raw_bind_parameter(at + 2, &frame[..])?;
-                    at += 3;
+        // Each stream's events together, in seq order (the sort is stable), streams in the
+        // order of their first event here.
+        let mut rank: FastMap<StreamId, usize> = FastMap::default();
+        for (stream, _, _) in &pending {
+            let next = rank.len();
+            rank.entry(*stream).or_insert(next);
+        }
+        let mut order: Vec<usize> = (0..pending.len()).collect();
+        if rank.len() > 1 {
+            order.sort_by_key(|&at| rank[&pending[at].0]);
+        }
+        let mut statement = self.conn.prepare_cached(
+            "INSERT INTO chunks (stream, first_seq, last_seq, frames) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        let mut encoded = std::mem::take(&mut self.chunk);
+        let mut open: Option<(StreamId, u64, u64, usize)> = None;
+        let mut inserted = 0;
+        let mut flush =
+            |open: &mut Option<(StreamId, u64, u64, usize)>, encoded: &mut Vec<u8>| -> Sql<()> {
+                if let Some((stream, first, last, _)) = open.take() {
+                    statement.execute(params![
+                        stream.as_str(),
+                        i64::try_from(first).unwrap_or(i64::MAX),
+                        i64::try_from(last).unwrap_or(i64::MAX),
+                        &encoded[..]
+                    ])?;
+                    inserted += encoded.len() as u64 + 64;
+                    encoded.clear();
                 }
-                statement.raw_execute()?;
+                Ok(())
+            };
+        for at in order {
+            let (stream, seq, frame) = &pending[at];
+            let fits = open.is_some_and(|(s, _, last, events)| {
+                s == *stream
+                    && last + 1 == *seq
+                    && events < chunk::MAX_EVENTS
+                    && encoded.len() + chunk::encoded_len(frame) <= chunk::MAX_BYTES
+            });
+            if !fits {
+                flush(&mut open, &mut encoded)?;
+            }
+            chunk::push(&mut encoded, frame);
+            match &mut open {
+                Some((_, _, last, events)) => {
+                    *last = *seq;
+                    *events += 1;
+                }
+                None => open = Some((*stream, *seq, *seq, 1)),
             }
         }
-        for (stream, seq, frame) in chunks.remainder() {
-            self.insert_event(*stream, *seq, frame)?;
+        flush(&mut open, &mut encoded)?;
+        self.inserted += inserted;
+        // The buffer is kept for the next commit; one very large frame does not pin memory.
+        if encoded.capacity() <= 2 * chunk::MAX_BYTES {
+            self.chunk = encoded;
         }
         Ok(())
     }
@@ -1521,7 +1727,7 @@ impl Writer {
     fn remove_session(&mut self, session: &SessionId) -> Sql<()> {
         self.conn
             .prepare_cached(
-                "DELETE FROM events WHERE stream IN (SELECT stream FROM streams WHERE session = ?1)",
+                "DELETE FROM chunks WHERE stream IN (SELECT stream FROM streams WHERE session = ?1)",
             )?
             .execute([session.as_str()])?;
         self.conn
@@ -1614,9 +1820,11 @@ impl Writer {
             state.events -= 1;
             state.bytes -= len;
             let first_seq = i64::try_from(state.first_seq).unwrap_or(i64::MAX);
+            // A chunk goes once its last event does; a reader skips the evicted head of the
+            // chunk that remains.
             self.conn
-                .prepare_cached("DELETE FROM events WHERE stream = ?1 AND seq = ?2")?
-                .execute(params![stream.as_str(), first_seq - 1])?;
+                .prepare_cached("DELETE FROM chunks WHERE stream = ?1 AND last_seq < ?2")?
+                .execute(params![stream.as_str(), first_seq])?;
             self.conn
                 .prepare_cached("UPDATE streams SET first_seq = ?2 WHERE stream = ?1")?
                 .execute(params![stream.as_str(), first_seq])?;
@@ -1649,7 +1857,7 @@ impl Writer {
             return Ok(());
         };
         self.conn
-            .prepare_cached("DELETE FROM events WHERE stream = ?1")?
+            .prepare_cached("DELETE FROM chunks WHERE stream = ?1")?
             .execute([stream.as_str()])?;
         self.conn
             .prepare_cached("DELETE FROM streams WHERE stream = ?1")?
