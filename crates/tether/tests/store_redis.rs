@@ -665,3 +665,142 @@ async fn an_orphan_claimed_by_a_node_that_dies_passes_to_the_next() {
     assert_eq!(orphans[0].stream, stream);
     assert_eq!(c.orphaned_streams().await.unwrap(), []);
 }
+
+/// Events stored before chunks (one stream entry per frame, field `f`, and a `<stream> <seq>
+/// <bytes>` append log entry each) are read in order beside chunked ones, and evicted with
+/// exact usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_written_one_per_event_are_read_and_evicted_beside_chunks() {
+    const CAP: usize = 6;
+    let prefix = fresh_prefix();
+    let (store, _sessions) = redis::open(RedisStoreConfig {
+        max_events_per_session: CAP,
+        ..config(&prefix)
+    })
+    .await
+    .unwrap();
+    let owner = owner();
+    let stream = request_stream(&store, &owner, 1_i64).await;
+
+    // Seqs 1..=3 as the earlier layout wrote them.
+    let client = ::redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (s, sess) = (stream.as_str(), owner.session.as_str());
+    let mut bytes = 0;
+    for seq in 1..=3 {
+        let frame = format!("event: message\nid: {s}:{seq}\ndata: {{\"old\":{seq}}}\n\n");
+        bytes += frame.len();
+        let _: () = ::redis::pipe()
+            .cmd("XADD")
+            .arg(format!("{prefix}e:{s}"))
+            .arg(format!("1-{seq}"))
+            .arg("f")
+            .arg(&frame)
+            .cmd("RPUSH")
+            .arg(format!("{prefix}a:{sess}"))
+            .arg(format!("{s} {seq} {}", frame.len()))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let _: () = ::redis::pipe()
+        .cmd("HSET")
+        .arg(format!("{prefix}s:{s}"))
+        .arg("next")
+        .arg(4)
+        .cmd("HINCRBY")
+        .arg(format!("{prefix}s:{s}"))
+        .arg("ev")
+        .arg(3)
+        .cmd("HINCRBY")
+        .arg(format!("{prefix}s:{s}"))
+        .arg("by")
+        .arg(bytes)
+        .cmd("HINCRBY")
+        .arg(format!("{prefix}u:{sess}"))
+        .arg("events")
+        .arg(3)
+        .cmd("HINCRBY")
+        .arg(format!("{prefix}u:{sess}"))
+        .arg("bytes")
+        .arg(bytes)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // A store opened now starts from what Redis holds.
+    drop(store);
+    let (store, _sessions) = redis::open(RedisStoreConfig {
+        max_events_per_session: CAP,
+        ..config(&prefix)
+    })
+    .await
+    .unwrap();
+
+    for n in 4..=5 {
+        store.append(stream, &progress(n)).await.unwrap();
+    }
+    store.flush(stream).await.unwrap();
+    let all = store.read_from_start(&owner, stream, 100).await.unwrap();
+    let seqs: Vec<u64> = all.events.iter().map(|e| e.id.seq).collect();
+    assert_eq!(seqs, vec![0, 1, 2, 3, 4, 5]);
+    assert!(all.events[2].frame.ends_with(b"{\"old\":2}\n\n"));
+    // Read from inside the old entries, a few at a time.
+    let batch = store.read_after(&owner, stream, 1, 2).await.unwrap();
+    let seqs: Vec<u64> = batch.events.iter().map(|e| e.id.seq).collect();
+    assert_eq!(seqs, vec![2, 3]);
+
+    // Two more events over the cap evict seq 0 (a chunk) and seq 1 (an old entry).
+    for n in 6..=7 {
+        store.append(stream, &progress(n)).await.unwrap();
+    }
+    store.flush(stream).await.unwrap();
+    assert_eq!(
+        store.read_after(&owner, stream, 0, 100).await,
+        Err(StoreError::Expired)
+    );
+    let kept = store.read_after(&owner, stream, 1, 100).await.unwrap();
+    let seqs: Vec<u64> = kept.events.iter().map(|e| e.id.seq).collect();
+    assert_eq!(seqs, vec![2, 3, 4, 5, 6, 7]);
+    let usage = store.usage(&owner.session).await.unwrap();
+    assert_eq!(usage.events, CAP);
+    assert_eq!(
+        usage.bytes,
+        kept.events.iter().map(|e| e.frame.len()).sum::<usize>()
+    );
+}
+
+/// The event cap evicts single events out of a chunk of many, leaving exactly the newest
+/// events and their bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicting_part_of_a_chunk_keeps_exact_usage() {
+    const CAP: usize = 10;
+    let (store, _sessions) = redis::open(RedisStoreConfig {
+        max_events_per_session: CAP,
+        ..config(&fresh_prefix())
+    })
+    .await
+    .unwrap();
+    let owner = owner();
+    let stream = request_stream(&store, &owner, 1_i64).await;
+    for n in 1..=25 {
+        store.append(stream, &progress(n)).await.unwrap();
+    }
+    store.flush(stream).await.unwrap();
+    assert_eq!(
+        store.read_after(&owner, stream, 14, 100).await,
+        Err(StoreError::Expired)
+    );
+    for after in 15..=25 {
+        let batch = store.read_after(&owner, stream, after, 3).await.unwrap();
+        let seqs: Vec<u64> = batch.events.iter().map(|e| e.id.seq).collect();
+        let want: Vec<u64> = (after + 1..=25).take(3).collect();
+        assert_eq!(seqs, want, "after {after}");
+    }
+    let kept = store.read_after(&owner, stream, 15, 100).await.unwrap();
+    let usage = store.usage(&owner.session).await.unwrap();
+    assert_eq!(usage.events, CAP);
+    assert_eq!(
+        usage.bytes,
+        kept.events.iter().map(|e| e.frame.len()).sum::<usize>()
+    );
+}

@@ -18,13 +18,15 @@
 //!   for it: its creator, or the node that claimed it as an orphan), `done` and `at`
 //!   (completion, ms on Redis's clock), `first` (oldest seq stored), `next` (next seq), `ev`
 //!   and `by` (events and frame bytes stored).
-//! - `Pe:<stream>`: a Redis Stream of the SSE frames, entry id `1-<seq>` (so `XRANGE` from
-//!   `1-<n>` is a read after `n - 1`), one field `f`; frames are built by `store/frame.rs`,
-//!   exactly as the other backends build them.
+//! - `Pe:<stream>`: a Redis Stream of the SSE frames in chunks (`store/chunk.rs`): entry id
+//!   `1-<first seq>`, fields `n` (its event count) and `c` (the chunk); an entry written
+//!   before chunks holds one frame in field `f`. Frames are built by `store/frame.rs`,
+//!   exactly as the other backends build them; the frames of one stream appended in one
+//!   script call share chunks, so Redis stores an entry per chunk, not per event.
 //! - `Pu:<session>` (usage counters), `Pss:<session>` (its streams), `Pc:<session>`
-//!   (completed streams, oldest completion first), `Pa:<session>` (`<stream> <seq> <bytes>`
-//!   in append order, for evicting the oldest live event), `Pts:<session>` (its
-//!   tombstones).
+//!   (completed streams, oldest completion first), `Pa:<session>` (`<stream> <first seq>
+//!   <last seq> <frame lengths>` per chunk in append order, for evicting the oldest live
+//!   event), `Pts:<session>` (its tombstones).
 //! - `Ptomb` (stream → `<session> <principal>` of removed streams) and `Ptomb_order`
 //!   (oldest first, bounded by [`RedisStoreConfig::max_tombstones`]).
 //! - `Pdue`: sessions by the completion time of their oldest completed stream, for the
@@ -98,13 +100,13 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 pub use self::relay::RedisRelay;
 use self::relay::RelayState;
 use self::wake::{Listener, RECHECK, Watchers};
-use super::frame;
-use super::memory::MemoryStoreConfig;
+use super::memory::{FastMap, MemoryStoreConfig};
 use super::pipeline::{CompletionReply, Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
     StoredEvent, StreamKind, StreamOwner,
 };
+use super::{chunk, frame};
 
 /// Where and how a Redis store keeps its data. The bounds mean exactly what they mean for
 /// [`MemoryStoreConfig`], and default to its values.
@@ -626,18 +628,58 @@ impl Inner {
 
     /// Stores pipelined appends in one script call and reports each stream's outcome to its
     /// lane.
-    async fn append_many(&self, appends: Vec<Queued>) {
+    async fn append_many(&self, mut appends: Vec<Queued>) {
         if appends.is_empty() {
             return;
         }
-        let seqs: Vec<String> = appends.iter().map(|a| a.id.seq.to_string()).collect();
-        let streams: Vec<&str> = appends.iter().map(|a| a.id.stream.as_str()).collect();
-        let mut args: Vec<&(dyn AsRef<[u8]> + Sync)> = Vec::with_capacity(appends.len() * 3);
-        for ((append, seq), stream) in appends.iter().zip(&seqs).zip(&streams) {
-            args.push(stream);
-            args.push(seq);
-            args.push(&append.frame);
+        // Each stream's appends together, in seq order (the sort is stable): one run per
+        // stream, cut into chunks of consecutive seqs.
+        let mut rank: FastMap<StreamId, usize> = FastMap::default();
+        for append in &appends {
+            let next = rank.len();
+            rank.entry(append.id.stream).or_insert(next);
         }
+        if rank.len() > 1 {
+            appends.sort_by_key(|append| rank[&append.id.stream]);
+        }
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        let mut at = 0;
+        while at < appends.len() {
+            let first = &appends[at];
+            let (stream, first_seq) = (first.id.stream, first.id.seq);
+            let mut encoded = Vec::new();
+            let mut lens = String::new();
+            let mut bytes = 0;
+            let mut end = at;
+            while let Some(append) = appends.get(end) {
+                let fits = end == at
+                    || (append.id.stream == stream
+                        && append.id.seq == first_seq + (end - at) as u64
+                        && end - at < chunk::MAX_EVENTS
+                        && encoded.len() + chunk::encoded_len(&append.frame) <= chunk::MAX_BYTES);
+                if !fits {
+                    break;
+                }
+                chunk::push(&mut encoded, &append.frame);
+                if end > at {
+                    lens.push(',');
+                }
+                lens.push_str(&append.frame.len().to_string());
+                bytes += append.frame.len();
+                end += 1;
+            }
+            args.push(stream.as_str().as_bytes().to_vec());
+            args.push(first_seq.to_string().into_bytes());
+            args.push((end - at).to_string().into_bytes());
+            args.push(bytes.to_string().into_bytes());
+            args.push(lens.into_bytes());
+            args.push(encoded);
+            at = end;
+        }
+        let args: Vec<&(dyn AsRef<[u8]> + Sync)> = args
+            .iter()
+            .map(|arg| arg as &(dyn AsRef<[u8]> + Sync))
+            .collect();
         let reply = self.run(&self.scripts.append_many, &args).await;
         let runs = match reply {
             Ok(reply) if reply.status == "ok" => reply.values,
@@ -651,7 +693,7 @@ impl Inner {
                 return;
             }
         };
-        // One reply triple per run of consecutive appends of one stream, in order.
+        // One reply triple per stream's run, in order.
         let mut runs = runs.chunks(3);
         let mut at = 0;
         while at < appends.len() {
@@ -712,10 +754,12 @@ impl Inner {
         loop {
             let id = EventId::new(stream, seq);
             let built = frame::message_frame(id, message);
+            let mut one = Vec::with_capacity(chunk::encoded_len(&built));
+            chunk::push(&mut one, &built);
             let reply = self
                 .run(
                     &self.scripts.append,
-                    &[&stream.as_str(), &seq.to_string(), &built],
+                    &[&stream.as_str(), &seq.to_string(), &one],
                 )
                 .await?;
             match reply.status.as_str() {
@@ -773,7 +817,7 @@ impl Inner {
         limit: usize,
     ) -> Result<ReadBatch, StoreError> {
         let from_arg = from.map(|seq| seq.to_string()).unwrap_or_default();
-        // One more than asked for tells whether the batch reaches the end.
+        // One more event than asked for tells whether the batch reaches the end.
         let count = limit.min(i64::MAX as usize - 1) + 1;
         let reply = self
             .run(
@@ -798,11 +842,16 @@ impl Inner {
             Some(Value::Array(entries)) => entries,
             _ => Vec::new(),
         };
-        let more = entries.len() > limit;
-        let mut events = Vec::with_capacity(entries.len().min(limit));
-        for entry in entries.into_iter().take(limit) {
-            events.push(stored_event(stream, entry)?);
+        let from = from.unwrap_or(u64::MAX);
+        let mut events = Vec::with_capacity(limit.min(chunk::MAX_EVENTS));
+        for entry in entries {
+            push_entry(stream, entry, from, &mut events)?;
+            if events.len() > limit {
+                break;
+            }
         }
+        let more = events.len() > limit;
+        events.truncate(limit);
         Ok(ReadBatch {
             events,
             complete: complete && !more,
@@ -912,8 +961,15 @@ fn unexpected(what: &str) -> StoreError {
     unavailable(format!("unexpected reply from a tether script: {what}"))
 }
 
-/// One XRANGE entry (`[id, [field, frame]]`) as an event of `stream`.
-fn stored_event(stream: StreamId, entry: Value) -> Result<StoredEvent, StoreError> {
+/// Adds the events of one XRANGE entry of `stream` from seq `from` on to `events`: a chunk
+/// (`[id, ["n", count, "c", chunk]]`) or, as written before chunks, one frame
+/// (`[id, ["f", frame]]`).
+fn push_entry(
+    stream: StreamId,
+    entry: Value,
+    from: u64,
+    events: &mut Vec<StoredEvent>,
+) -> Result<(), StoreError> {
     let Value::Array(parts) = entry else {
         return Err(unexpected("stream entry"));
     };
@@ -922,19 +978,44 @@ fn stored_event(stream: StreamId, entry: Value) -> Result<StoredEvent, StoreErro
     else {
         return Err(unexpected("stream entry"));
     };
-    let seq = std::str::from_utf8(&id)
+    let first = std::str::from_utf8(&id)
         .ok()
         .and_then(|id| id.strip_prefix("1-"))
         .and_then(|seq| seq.parse::<u64>().ok())
         .ok_or_else(|| unexpected("stream entry id"))?;
-    let Some(Value::BulkString(frame)) = fields.into_iter().nth(1) else {
-        return Err(unexpected("stream entry frame"));
+    let mut fields = fields.into_iter();
+    let (Some(Value::BulkString(name)), value) = (fields.next(), fields.next()) else {
+        return Err(unexpected("stream entry fields"));
     };
-    Ok(StoredEvent::new(
-        EventId::new(stream, seq),
-        Bytes::from(frame),
-        None,
-    ))
+    match (name.as_slice(), value) {
+        (b"f", Some(Value::BulkString(frame))) => {
+            if first >= from {
+                events.push(StoredEvent::new(
+                    EventId::new(stream, first),
+                    Bytes::from(frame),
+                    None,
+                ));
+            }
+        }
+        (b"n", Some(_)) => {
+            let (Some(Value::BulkString(name)), Some(Value::BulkString(blob))) =
+                (fields.next(), fields.next())
+            else {
+                return Err(unexpected("stream entry chunk"));
+            };
+            if name != b"c" {
+                return Err(unexpected("stream entry chunk"));
+            }
+            for (seq, frame) in (first..).zip(chunk::frames(Bytes::from(blob))) {
+                let frame = frame.map_err(unavailable)?;
+                if seq >= from {
+                    events.push(StoredEvent::new(EventId::new(stream, seq), frame, None));
+                }
+            }
+        }
+        _ => return Err(unexpected("stream entry fields")),
+    }
+    Ok(())
 }
 
 /// The Redis [`EventStore`]. Cheap to share behind an `Arc`; dropping the last handle (this
@@ -999,6 +1080,8 @@ impl EventStore for RedisEventStore {
         if priming.len() > inner.config.max_bytes_per_session {
             return Err(StoreError::EventTooLarge);
         }
+        let mut priming_chunk = Vec::with_capacity(chunk::encoded_len(&priming));
+        chunk::push(&mut priming_chunk, &priming);
         let requests = serde_json::to_string(requests).map_err(unavailable)?;
         let kind = match kind {
             StreamKind::Request => "r",
@@ -1014,7 +1097,7 @@ impl EventStore for RedisEventStore {
                     &kind,
                     &requests,
                     &inner.config.node_id,
-                    &priming,
+                    &priming_chunk,
                 ],
             )
             .await?;

@@ -17,6 +17,11 @@ local MAX_BYTES = tonumber(ARGV[4])
 local MAX_STREAMS = tonumber(ARGV[5])
 local MAX_TOMBS = tonumber(ARGV[6])
 
+-- The length before each frame in a chunk (`store/chunk.rs`).
+local CHUNK_LENGTH_BYTES = 4
+-- Most stream entries a read fetches per XRANGE.
+local READ_PAGE = 64
+
 local K_DUE = P .. 'due'
 local K_TOMB = P .. 'tomb'
 local K_TOMB_ORDER = P .. 'tomb_order'
@@ -88,6 +93,25 @@ local function gone_for_writer(s)
   return 'unknown'
 end
 
+-- A stream entry's first seq and event count: a chunk (`n` events, `c` their frames) or, as
+-- written before chunks, one frame (`f`).
+local function entry_span(entry)
+  local first = tonumber(string.sub(entry[1], 3))
+  local fields = entry[2]
+  if fields[1] == 'n' then return first, tonumber(fields[2]) end
+  return first, 1
+end
+
+-- An entry of a session's append log: `<stream> <first seq> <last seq> <lengths>` for a
+-- chunk (its frame lengths comma-separated), or `<stream> <seq> <length>` as written before
+-- chunks.
+local function parse_appended(entry)
+  local s, first, last, lens = string.match(entry, '^(%S+) (%d+) (%d+) (%S+)$')
+  if s then return s, tonumber(first), tonumber(last), lens end
+  local old, seq, len = string.match(entry, '^(%S+) (%d+) (%d+)$')
+  return old, tonumber(seq), tonumber(seq), len
+end
+
 -- Drops stale entries of the session's append log once they outnumber the live events.
 local function compact(sess)
   local a = k_appended(sess)
@@ -97,11 +121,11 @@ local function compact(sess)
   local first = {}
   local keep = {}
   for _, entry in ipairs(redis.call('LRANGE', a, 0, -1)) do
-    local s, seq = string.match(entry, '^(%S+) (%d+) ')
+    local s, _, last = parse_appended(entry)
     if first[s] == nil then
       first[s] = tonumber(redis.call('HGET', k_stream(s), 'first') or -1)
     end
-    if first[s] >= 0 and tonumber(seq) >= first[s] then keep[#keep + 1] = entry end
+    if first[s] >= 0 and last >= first[s] then keep[#keep + 1] = entry end
   end
   redis.call('DEL', a)
   for i = 1, #keep, 1000 do
@@ -168,25 +192,36 @@ local function evict_oldest_completed(sess)
 end
 
 -- Evicts the session's oldest stored event; false if there is none. Called only once no
--- completed stream is left.
+-- completed stream is left. A chunk's entry goes with its last event; until then its log
+-- entry goes back to the front, and readers skip its evicted head.
 local function evict_oldest_live_event(sess)
   local a = k_appended(sess)
   while true do
     local entry = redis.call('LPOP', a)
     if not entry then return false end
-    local s, seq, len = string.match(entry, '^(%S+) (%d+) (%d+)$')
+    local s, first, last, lens = parse_appended(entry)
     local ks = k_stream(s)
     local h = redis.call('HMGET', ks, 'first', 'ev')
-    -- Within a stream events leave from the front in seq order, so a valid entry is the
+    -- Within a stream events leave from the front in seq order, so a valid entry holds the
     -- stream's first stored event; anything else was removed otherwise.
-    if h[1] and tonumber(h[1]) == tonumber(seq) and tonumber(h[2]) > 0 then
-      redis.call('XDEL', k_events(s), '1-' .. seq)
+    local head = tonumber(h[1] or -1)
+    if h[1] and tonumber(h[2]) > 0 and head >= first and head <= last then
+      local len, seq = 0, first
+      for l in string.gmatch(lens, '%d+') do
+        if seq == head then len = tonumber(l) break end
+        seq = seq + 1
+      end
+      if head == last then
+        redis.call('XDEL', k_events(s), '1-' .. first)
+      else
+        redis.call('LPUSH', a, entry)
+      end
       redis.call('HINCRBY', ks, 'first', 1)
       redis.call('HINCRBY', ks, 'ev', -1)
-      redis.call('HINCRBY', ks, 'by', -tonumber(len))
+      redis.call('HINCRBY', ks, 'by', -len)
       local u = k_usage(sess)
       redis.call('HINCRBY', u, 'events', -1)
-      redis.call('HINCRBY', u, 'bytes', -tonumber(len))
+      redis.call('HINCRBY', u, 'bytes', -len)
       return true
     end
   end

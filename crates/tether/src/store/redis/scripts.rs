@@ -8,12 +8,12 @@
 //! operation's values.
 
 /// Creates a stream with its priming event. ARGV: stream, principal, session, kind (`r` or
-/// `s`), request ids (JSON), node id, priming frame.
+/// `s`), request ids (JSON), node id, the priming frame as a chunk of one (`store/chunk.rs`).
 pub(super) const CREATE: &str = concat!(
     include_str!("prelude.lua"),
     r"
 local s, principal, sess, kind = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local requests, node, frame = ARGV[11], ARGV[12], ARGV[13]
+local requests, node, chunk = ARGV[11], ARGV[12], ARGV[13]
 expire(sess, now_ms())
 -- Completed streams make room for new ones; only live streams count against the cap in the
 -- end, so a busy session is not refused for what it already finished.
@@ -26,16 +26,16 @@ while tonumber(redis.call('HGET', k_usage(sess), 'streams') or 0) >= MAX_STREAMS
   evicted = true
 end
 if evicted then compact(sess) end
-local len = string.len(frame)
+local len = string.len(chunk) - CHUNK_LENGTH_BYTES
 redis.call('HSET', k_stream(s), 'p', principal, 'sess', sess, 'kind', kind, 'req', requests,
   'node', node, 'done', 0, 'first', 0, 'next', 1, 'ev', 1, 'by', len)
-redis.call('XADD', k_events(s), '1-0', 'f', frame)
+redis.call('XADD', k_events(s), '1-0', 'n', 1, 'c', chunk)
 redis.call('SADD', k_streams(sess), s)
 local u = k_usage(sess)
 redis.call('HINCRBY', u, 'streams', 1)
 redis.call('HINCRBY', u, 'events', 1)
 redis.call('HINCRBY', u, 'bytes', len)
-redis.call('RPUSH', k_appended(sess), s .. ' 0 ' .. len)
+redis.call('RPUSH', k_appended(sess), s .. ' 0 0 ' .. len)
 if kind == 'r' then
   redis.call('SADD', k_open(node), s)
   -- Known even if the node dies before its next heartbeat, so its streams are claimed.
@@ -48,11 +48,11 @@ return {'ok'}
 
 /// Appends one frame built for seq ARGV[8]: stored only if that is the stream's next seq,
 /// else the reply is `seq` and the next seq, and the caller builds the frame again. ARGV:
-/// stream, seq, frame.
+/// stream, seq, the frame as a chunk of one.
 pub(super) const APPEND: &str = concat!(
     include_str!("prelude.lua"),
     r"
-local s, seq, frame = ARGV[7], ARGV[8], ARGV[9]
+local s, seq, chunk = ARGV[7], ARGV[8], ARGV[9]
 local ks = k_stream(s)
 local sess = redis.call('HGET', ks, 'sess')
 if not sess then return {gone_for_writer(s)} end
@@ -61,16 +61,16 @@ local h = redis.call('HMGET', ks, 'done', 'next')
 if not h[1] then return {gone_for_writer(s)} end
 if h[1] == '1' then return {'completed'} end
 if tonumber(seq) ~= tonumber(h[2]) then return {'seq', tonumber(h[2])} end
-local len = string.len(frame)
+local len = string.len(chunk) - CHUNK_LENGTH_BYTES
 if len > MAX_BYTES then return {'too_large'} end
-redis.call('XADD', k_events(s), '1-' .. seq, 'f', frame)
+redis.call('XADD', k_events(s), '1-' .. seq, 'n', 1, 'c', chunk)
 redis.call('HINCRBY', ks, 'next', 1)
 redis.call('HINCRBY', ks, 'ev', 1)
 redis.call('HINCRBY', ks, 'by', len)
 local u = k_usage(sess)
 redis.call('HINCRBY', u, 'events', 1)
 redis.call('HINCRBY', u, 'bytes', len)
-redis.call('RPUSH', k_appended(sess), s .. ' ' .. seq .. ' ' .. len)
+redis.call('RPUSH', k_appended(sess), s .. ' ' .. seq .. ' ' .. seq .. ' ' .. len)
 -- The new event is the session's newest and fits the caps alone, so eviction stops before
 -- reaching it.
 evict_to_caps(sess)
@@ -79,12 +79,14 @@ return {'ok'}
 "
 );
 
-/// Appends many frames in order, as the pipeline queued them (`store/pipeline.rs`). ARGV
-/// from 7: triples stream, seq, frame. A run of consecutive triples of one stream is checked,
-/// counted, logged, capped and announced once; each frame is stored only if its seq is the
-/// stream's next. Reply: `ok`, then for each run its stream, its status (`ok`, `completed`,
-/// `unknown`, `too_large` or `seq`: the frames of the run from the first refused one on are
-/// not stored) and the stream's next seq after the run.
+/// Appends many chunks of frames in order, as the pipeline queued them
+/// (`store/pipeline.rs`, `store/chunk.rs`). ARGV from 7: groups of six: stream, the chunk's
+/// first seq, its event count, its frame bytes, its frame lengths (comma-separated), the
+/// chunk. A run of consecutive groups of one stream is checked, counted, logged, capped and
+/// announced once; each chunk is stored only if its first seq is the stream's next (the
+/// pipeline has checked each frame against the caps). Reply: `ok`, then for each run its
+/// stream, its status (`ok`, `completed`, `unknown` or `seq`: the chunks of the run from the
+/// first refused one on are not stored) and the stream's next seq after the run.
 pub(super) const APPEND_MANY: &str = concat!(
     include_str!("prelude.lua"),
     r"
@@ -95,7 +97,7 @@ local now = now_ms()
 while i <= n do
   local s = ARGV[i]
   local last = i
-  while last + 3 <= n and ARGV[last + 3] == s do last = last + 3 end
+  while last + 6 <= n and ARGV[last + 6] == s do last = last + 6 end
   local ks = k_stream(s)
   local sess = redis.call('HGET', ks, 'sess')
   local status, next = 'ok', 0
@@ -111,16 +113,14 @@ while i <= n do
   else
     next = tonumber(h[2])
     local count, bytes, log = 0, 0, {}
-    for k = i, last, 3 do
-      local seq, frame = tonumber(ARGV[k + 1]), ARGV[k + 2]
-      local len = string.len(frame)
-      if seq ~= next then status = 'seq' break end
-      if len > MAX_BYTES then status = 'too_large' break end
-      redis.call('XADD', k_events(s), '1-' .. seq, 'f', frame)
-      next = next + 1
-      count = count + 1
-      bytes = bytes + len
-      log[count] = s .. ' ' .. seq .. ' ' .. len
+    for k = i, last, 6 do
+      local first, events = tonumber(ARGV[k + 1]), tonumber(ARGV[k + 2])
+      if first ~= next then status = 'seq' break end
+      redis.call('XADD', k_events(s), '1-' .. first, 'n', events, 'c', ARGV[k + 5])
+      next = next + events
+      count = count + events
+      bytes = bytes + tonumber(ARGV[k + 3])
+      log[#log + 1] = s .. ' ' .. first .. ' ' .. (next - 1) .. ' ' .. ARGV[k + 4]
     end
     if count > 0 then
       redis.call('HSET', ks, 'next', next)
@@ -129,8 +129,8 @@ while i <= n do
       local u = k_usage(sess)
       redis.call('HINCRBY', u, 'events', count)
       redis.call('HINCRBY', u, 'bytes', bytes)
-      for b = 1, count, 1000 do
-        redis.call('RPUSH', k_appended(sess), unpack(log, b, math.min(b + 999, count)))
+      for b = 1, #log, 1000 do
+        redis.call('RPUSH', k_appended(sess), unpack(log, b, math.min(b + 999, #log)))
       end
       -- Evicting once after the run keeps the same events as evicting after each one:
       -- eviction takes the oldest first, and the run only adds.
@@ -141,7 +141,7 @@ while i <= n do
   out[#out + 1] = s
   out[#out + 1] = status
   out[#out + 1] = next
-  i = last + 3
+  i = last + 6
 end
 return out
 "
@@ -176,7 +176,9 @@ return {'ok'}
 );
 
 /// Reads a stream for its owner. ARGV: stream, principal, session, first seq to read (empty:
-/// none, only the state), most entries. Reply: `ok`, complete (0 or 1), XRANGE entries.
+/// none, only the state), events wanted. Reply: `ok`, complete (0 or 1), the XRANGE entries
+/// from the one holding the first seq on, until they hold the events wanted from it or the
+/// stream ends (the first entry may begin before it).
 pub(super) const READ: &str = concat!(
     include_str!("prelude.lua"),
     r"
@@ -197,8 +199,29 @@ if h[3] == '1' then
   if now_ms() - tonumber(h[4]) >= RETENTION then return {'expired'} end
 end
 if from == '' then return {'ok', complete, {}} end
-if tonumber(from) < tonumber(h[5]) then return {'expired'} end
-return {'ok', complete, redis.call('XRANGE', k_events(s), '1-' .. from, '+', 'COUNT', count)}
+from, count = tonumber(from), tonumber(count)
+if from < tonumber(h[5]) then return {'expired'} end
+local k = k_events(s)
+local start = '1-' .. from
+local holder = redis.call('XREVRANGE', k, start, '-', 'COUNT', 1)
+if holder[1] then start = holder[1][1] end
+-- Pages of 2, 4, 8 … entries: a chunk holds up to hundreds of events, so the first page
+-- usually suffices, while a stream of one-event entries still takes few calls.
+local entries, got, page_size = {}, 0, 2
+while got < count do
+  local page = redis.call('XRANGE', k, start, '+', 'COUNT', page_size)
+  for _, entry in ipairs(page) do
+    entries[#entries + 1] = entry
+    local first, events = entry_span(entry)
+    local last = first + events - 1
+    if last >= from then got = got + last - math.max(first, from) + 1 end
+    if got >= count then break end
+  end
+  if #page < page_size then break end
+  start = '(' .. page[#page][1]
+  page_size = math.min(2 * page_size, READ_PAGE)
+end
+return {'ok', complete, entries}
 "
 );
 
