@@ -52,7 +52,7 @@ use crate::store::{ReadBatch, StoreError};
 /// Events read from the store per round trip. Large enough that a fast producer's backlog goes
 /// out in few, large writes (one chunk per batch); small enough that one batch of typical
 /// progress frames (~150 bytes) stays well under a megabyte.
-pub(crate) const READ_BATCH: usize = 256;
+pub(crate) const READ_BATCH: usize = 1024;
 
 /// The text of keep-alive comments (`: keep-alive`); readers ignore comments, proxies see
 /// bytes.

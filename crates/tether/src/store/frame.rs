@@ -56,6 +56,59 @@ pub(crate) const fn message_frame_capacity(message: &str) -> usize {
     28 + 22 + 1 + 20 + message.len()
 }
 
+/// Where the message starts in a frame [`message_frame`] built for `message`.
+pub(crate) fn message_at(frame: &[u8], message: &str) -> usize {
+    frame.len() - 2 - message.len()
+}
+
+/// The first page [`FramePages`] writes frames into.
+const MIN_PAGE: usize = 512;
+
+/// The largest page: a busy stream allocates once per this many bytes of frames.
+const MAX_PAGE: usize = 16 * 1024;
+
+/// Message frames of one stream written into shared pages: one allocation per page instead
+/// of one per frame (and a reference count shared by the page's frames, instead of one set up
+/// when a frame is first read), for a stream of small events: progress. Pages start small and
+/// double, so a stream of two events keeps a few hundred bytes, and a busy one allocates once
+/// per [`MAX_PAGE`]. A page lives until the last of its frames is dropped; since a stream's
+/// frames leave in order, what a stream holds beyond its frames' bytes is its oldest page's
+/// released part, its current page's unused part, and less than a frame at the end of each
+/// page. Frames larger than a page get an allocation of their own.
+#[derive(Debug)]
+pub(crate) struct FramePages {
+    /// The unused end of an allocation shared with the stream's recent frames.
+    page: BytesMut,
+    /// The size of the last page allocated; each new page doubles it, up to [`MAX_PAGE`].
+    page_size: usize,
+}
+
+impl Default for FramePages {
+    fn default() -> Self {
+        Self {
+            page: BytesMut::new(),
+            page_size: MIN_PAGE / 2,
+        }
+    }
+}
+
+impl FramePages {
+    /// [`message_frame`]'s bytes, written into the current page and cut from it.
+    pub(crate) fn message_frame(&mut self, id: EventId, message: &str) -> Bytes {
+        let capacity = message_frame_capacity(message);
+        if capacity > MAX_PAGE {
+            return message_frame(id, message);
+        }
+        // After `split`, the page's capacity is what is left of it.
+        if self.page.capacity() < capacity {
+            self.page_size = (self.page_size * 2).min(MAX_PAGE);
+            self.page = BytesMut::with_capacity(self.page_size.max(capacity));
+        }
+        write_message_frame(&mut self.page, id, message);
+        self.page.split().freeze()
+    }
+}
+
 /// `id`, `retry` and empty `data`, which a client dispatches as an event with empty data and
 /// so takes its id as the cursor (MCP 2025-11-25 priming event).
 pub(crate) fn priming_frame(stream: StreamId, retry: Duration) -> Bytes {
@@ -68,9 +121,10 @@ pub(crate) fn priming_frame(stream: StreamId, retry: Duration) -> Bytes {
 /// blank line (its end, for a priming event's empty data).
 pub(crate) fn message_start(frame: &[u8]) -> usize {
     // The data line comes last, after `event`, `id` and `retry`, none of which holds
-    // "\ndata: ".
+    // "\ndata: ", and the message is one line: the first match is the data line's, a few
+    // dozen bytes in.
     let end = frame.len().saturating_sub(2);
-    memchr::memmem::rfind(frame, b"\ndata: ").map_or(end, |at| at + 7)
+    memchr::memmem::find(frame, b"\ndata: ").map_or(end, |at| at + 7)
 }
 
 fn encode(frame: &EventFrame<'_>) -> Bytes {

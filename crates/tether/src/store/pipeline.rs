@@ -16,6 +16,15 @@
 //! frames per store; an append waits (backpressure) while either is full. It does not own
 //! the commits, the readers or their wake-ups.
 //!
+//! # The committed tail
+//!
+//! A committer that reports through [`report_committed`] also leaves each lane the frames it
+//! just committed: the lane keeps the newest of them ([`TAIL_EVENTS`], [`TAIL_BYTES`]), and
+//! [`Lane::read_tail`] serves a live reader from there instead of the backend, the same
+//! bytes the backend would return. Only committed frames enter it, so "persist, then send"
+//! is unchanged; the backend decides when a tail read is allowed (its caps may have evicted
+//! what the tail still holds).
+//!
 //! # Failures
 //!
 //! A failed commit poisons the lanes of the streams it touched: the committer drops whatever
@@ -27,15 +36,17 @@
 //! that must not lose one (a request's final response) follows it with
 //! [`EventStore::flush`](super::EventStore::flush) and appends again on an error.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 use tether_proto::ids::{EventId, SessionId, StreamId};
 use tokio::sync::{Notify, Semaphore, oneshot};
 
 use super::memory::FastMap;
-use super::{StoreError, frame};
+use super::{StoreError, StoredEvent, StreamOwner, frame};
 use crate::lock as guard;
 
 /// Most events of one stream queued but not yet committed. Large enough that a committer
@@ -47,10 +58,24 @@ pub const WINDOW: u64 = 8192;
 /// bound on memory held for commits, whatever the number of streams.
 pub const QUEUED_BYTES: usize = 64 * 1024 * 1024;
 
+/// Most committed events one lane keeps for its live readers.
+pub(crate) const TAIL_EVENTS: usize = 64 * 1024;
+
+/// Bytes of committed frames a lane may always keep, whatever the others hold: the last few
+/// events of a stream, so a reader that keeps up never reads the backend.
+pub(crate) const TAIL_BYTES: usize = 16 * 1024;
+
+/// Most bytes of committed frames all lanes of one store keep beyond [`TAIL_BYTES`] each: a
+/// fast stream's backlog, while its reader catches up, is served from memory. A lane that
+/// appends while the store is over it drops its own oldest frames first.
+pub(crate) const TAIL_BUDGET: usize = 32 * 1024 * 1024;
+
 /// The pipelines of one store: its open lanes and its byte budget.
 pub(crate) struct Pipeline {
     lanes: Mutex<FastMap<StreamId, Arc<Lane>>>,
     budget: Arc<Semaphore>,
+    /// Bytes in all lanes' committed tails.
+    tails: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -67,6 +92,7 @@ impl Default for Pipeline {
         Self {
             lanes: Mutex::default(),
             budget: Arc::new(Semaphore::new(QUEUED_BYTES)),
+            tails: Arc::default(),
         }
     }
 }
@@ -76,6 +102,7 @@ impl Default for Pipeline {
 pub(crate) struct Lane {
     stream: StreamId,
     session: SessionId,
+    principal: Arc<str>,
     /// The next seq to hand out, and whether the stream was completed through this lane.
     /// Appends hand their frame to the committer under this lock, so the committer receives
     /// one stream's events in seq order.
@@ -92,11 +119,31 @@ pub(crate) struct Lane {
     /// Woken when `durable` moves or the lane is poisoned.
     moved: Notify,
     budget: Arc<Semaphore>,
+    /// The newest committed frames, oldest first (see "The committed tail").
+    tail: Mutex<Tail>,
+    /// The store's count of bytes in all tails.
+    tails: Arc<AtomicUsize>,
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        let bytes = guard(&self.tail).bytes;
+        self.tails.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+#[derive(Default)]
+struct Tail {
+    /// Seq, frame and where its message starts.
+    frames: VecDeque<(u64, Bytes, usize)>,
+    bytes: usize,
 }
 
 struct LaneState {
     next_seq: u64,
     complete: bool,
+    /// Where the lane's frames are written.
+    pages: frame::FramePages,
 }
 
 /// Where the committer answers a completion handed to it by [`Pipeline::complete`].
@@ -110,6 +157,8 @@ pub(crate) struct Queued {
     pub id: EventId,
     /// The complete SSE frame.
     pub frame: Bytes,
+    /// Where the message starts in `frame`.
+    message_at: usize,
     /// Bytes of the store's budget this frame holds.
     reserved: usize,
 }
@@ -123,14 +172,16 @@ impl Drop for Queued {
 }
 
 impl Pipeline {
-    /// Opens the lane of a stream just created, whose next seq is `next_seq`.
-    pub(crate) fn open(&self, stream: StreamId, session: SessionId, next_seq: u64) {
+    /// Opens the lane of a stream of `owner` just created, whose next seq is `next_seq`.
+    pub(crate) fn open(&self, stream: StreamId, owner: &StreamOwner, next_seq: u64) {
         let lane = Arc::new(Lane {
             stream,
-            session,
+            session: owner.session.clone(),
+            principal: Arc::clone(&owner.principal),
             state: Mutex::new(LaneState {
                 next_seq,
                 complete: false,
+                pages: frame::FramePages::default(),
             }),
             durable: AtomicU64::new(next_seq),
             poisoned: AtomicBool::new(false),
@@ -138,6 +189,8 @@ impl Pipeline {
             failure: Mutex::new(None),
             moved: Notify::new(),
             budget: Arc::clone(&self.budget),
+            tail: Mutex::default(),
+            tails: Arc::clone(&self.tails),
         });
         guard(&self.lanes).insert(stream, lane);
     }
@@ -213,7 +266,8 @@ impl Pipeline {
                 }
                 if state.next_seq - lane.durable.load(Ordering::Acquire) < WINDOW {
                     let id = EventId::new(lane.stream, state.next_seq);
-                    let frame = frame::message_frame(id, message);
+                    let frame = state.pages.message_frame(id, message);
+                    let message_at = frame::message_at(&frame, message);
                     if frame.len() > max_frame {
                         return Err(StoreError::EventTooLarge);
                     }
@@ -224,6 +278,7 @@ impl Pipeline {
                         lane: Arc::clone(lane),
                         id,
                         frame,
+                        message_at,
                         reserved,
                     })?;
                     state.next_seq += 1;
@@ -315,13 +370,19 @@ impl Pipeline {
 }
 
 /// Reports committed appends, in commit order, to their lanes: each lane once per run of its
-/// consecutive appends, so that a waiter wakes once per commit rather than once per event.
-/// The appends come from one store's committer; their bytes go back to its budget at once.
+/// consecutive appends, so that a waiter wakes once per commit rather than once per event,
+/// after their frames joined its committed tail. The appends come from one store's
+/// committer; their bytes go back to its budget at once.
 pub(crate) fn report_committed(appends: impl IntoIterator<Item = Queued>) {
     let mut run: Option<(Arc<Lane>, u64)> = None;
     let mut released = 0;
     for mut append in appends {
         released += std::mem::take(&mut append.reserved);
+        append.lane.remember(
+            append.id.seq,
+            std::mem::take(&mut append.frame),
+            append.message_at,
+        );
         match &mut run {
             Some((lane, seq)) if Arc::ptr_eq(lane, &append.lane) => *seq = append.id.seq,
             _ => {
@@ -342,6 +403,72 @@ impl Lane {
     /// The session that owns the lane's stream.
     pub(crate) fn session(&self) -> &SessionId {
         &self.session
+    }
+
+    /// Keeps committed frame `seq` in the tail, dropping the oldest past the bounds.
+    fn remember(&self, seq: u64, frame: Bytes, message_at: usize) {
+        let mut tail = guard(&self.tail);
+        if tail
+            .frames
+            .back()
+            .is_some_and(|&(last, _, _)| last + 1 != seq)
+        {
+            // Not the next seq (never, for an in-order committer): start again from here.
+            self.tails.fetch_sub(tail.bytes, Ordering::Relaxed);
+            tail.frames.clear();
+            tail.bytes = 0;
+        }
+        tail.bytes += frame.len();
+        let mut all = self.tails.fetch_add(frame.len(), Ordering::Relaxed) + frame.len();
+        tail.frames.push_back((seq, frame, message_at));
+        while tail.frames.len() > TAIL_EVENTS
+            || (tail.bytes > TAIL_BYTES && all > TAIL_BUDGET && tail.frames.len() > 1)
+        {
+            if let Some((_, old, _)) = tail.frames.pop_front() {
+                tail.bytes -= old.len();
+                all = self.tails.fetch_sub(old.len(), Ordering::Relaxed) - old.len();
+            }
+        }
+    }
+
+    /// The committed events of `owner`'s stream from seq `from` on, at most `limit`, from the
+    /// tail: `None` when the tail cannot answer (it does not reach back to `from`, or is
+    /// empty; the lane failed or was demoted; `owner` does not own the stream), and the
+    /// backend must. An empty list means `from` is the next seq to commit.
+    pub(crate) fn read_tail(
+        &self,
+        owner: &StreamOwner,
+        from: u64,
+        limit: usize,
+    ) -> Option<Vec<StoredEvent>> {
+        if self.poisoned.load(Ordering::Acquire)
+            || self.is_demoted()
+            || self.session != owner.session
+            || *self.principal != *owner.principal
+        {
+            return None;
+        }
+        let tail = guard(&self.tail);
+        let &(first, _, _) = tail.frames.front()?;
+        let next = first + tail.frames.len() as u64;
+        if from < first || from > next {
+            return None;
+        }
+        let skip = usize::try_from(from - first).ok()?;
+        Some(
+            tail.frames
+                .iter()
+                .skip(skip)
+                .take(limit)
+                .map(|(seq, frame, message_at)| {
+                    StoredEvent::new(
+                        EventId::new(self.stream, *seq),
+                        frame.clone(),
+                        Some(*message_at),
+                    )
+                })
+                .collect(),
+        )
     }
 
     /// Reports every seq up to and including `seq` committed (readable).
@@ -379,5 +506,155 @@ impl Lane {
             return None;
         }
         guard(&self.failure).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> StreamOwner {
+        StreamOwner {
+            principal: Arc::from("p"),
+            session: SessionId::generate(),
+        }
+    }
+
+    /// Appends `messages` to `stream`'s lane and reports them committed, as a committer
+    /// would after its commit.
+    async fn commit(pipeline: &Pipeline, stream: StreamId, messages: &[String]) {
+        let mut queued = Vec::new();
+        for message in messages {
+            let sent = pipeline
+                .append(stream, message, usize::MAX, |append| {
+                    queued.push(append);
+                    Ok(())
+                })
+                .await;
+            sent.expect("a lane").expect("queued");
+        }
+        report_committed(queued);
+    }
+
+    fn message(n: usize) -> String {
+        format!(r#"{{"jsonrpc":"2.0","method":"m","params":{{"n":{n}}}}}"#)
+    }
+
+    #[tokio::test]
+    async fn the_tail_serves_committed_frames_to_their_owner_only() {
+        let pipeline = Pipeline::default();
+        let (stream, owner) = (StreamId::generate(), owner());
+        pipeline.open(stream, &owner, 1);
+        let lane = pipeline.lane(stream).unwrap();
+        assert_eq!(lane.read_tail(&owner, 1, 10), None, "nothing committed yet");
+
+        commit(&pipeline, stream, &(1..=5).map(message).collect::<Vec<_>>()).await;
+        let events = lane.read_tail(&owner, 2, 3).unwrap();
+        let seqs: Vec<u64> = events.iter().map(|e| e.id.seq).collect();
+        assert_eq!(seqs, vec![2, 3, 4]);
+        assert_eq!(events[0].message(), message(2).as_bytes());
+        assert_eq!(
+            events[0].frame,
+            frame::message_frame(EventId::new(stream, 2), &message(2)),
+            "the bytes the backend stores"
+        );
+        assert_eq!(
+            lane.read_tail(&owner, 6, 10),
+            Some(Vec::new()),
+            "the next seq"
+        );
+        assert_eq!(lane.read_tail(&owner, 7, 10), None, "past the next seq");
+        assert_eq!(lane.read_tail(&owner, 0, 10), None, "before the tail");
+
+        let stranger = StreamOwner {
+            principal: Arc::from("q"),
+            ..owner.clone()
+        };
+        assert_eq!(lane.read_tail(&stranger, 1, 10), None);
+        let other_session = StreamOwner {
+            session: SessionId::generate(),
+            ..owner.clone()
+        };
+        assert_eq!(lane.read_tail(&other_session, 1, 10), None);
+
+        lane.demote();
+        assert_eq!(
+            lane.read_tail(&owner, 1, 10),
+            None,
+            "a demoted lane's seqs are guesses"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_lane_serves_nothing() {
+        let pipeline = Pipeline::default();
+        let (stream, owner) = (StreamId::generate(), owner());
+        pipeline.open(stream, &owner, 1);
+        let lane = pipeline.lane(stream).unwrap();
+        commit(&pipeline, stream, &[message(1)]).await;
+        lane.fail(&StoreError::Unavailable("disk full".into()));
+        assert_eq!(lane.read_tail(&owner, 1, 10), None);
+    }
+
+    #[tokio::test]
+    async fn tails_keep_the_newest_frames_within_their_bounds() {
+        let pipeline = Pipeline::default();
+        let (stream, owner) = (StreamId::generate(), owner());
+        pipeline.open(stream, &owner, 1);
+        let lane = pipeline.lane(stream).unwrap();
+        let n = TAIL_EVENTS + 10;
+        for chunk in (1..=n).collect::<Vec<_>>().chunks(1000) {
+            let messages: Vec<String> = chunk.iter().map(|&n| message(n)).collect();
+            commit(&pipeline, stream, &messages).await;
+        }
+        let first = (n - TAIL_EVENTS + 1) as u64;
+        assert_eq!(
+            lane.read_tail(&owner, first - 1, 1),
+            None,
+            "the oldest went"
+        );
+        let events = lane.read_tail(&owner, first, usize::MAX).unwrap();
+        assert_eq!(events.len(), TAIL_EVENTS);
+        assert_eq!(events.last().unwrap().id.seq, n as u64);
+        let held: usize = events.iter().map(|e| e.frame.len()).sum();
+        assert_eq!(pipeline.tails.load(Ordering::Relaxed), held);
+
+        // Dropping the lane gives its bytes back to the store's count.
+        pipeline.remove_session(&owner.session);
+        drop((lane, events));
+        assert_eq!(pipeline.tails.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn over_the_store_budget_a_lane_keeps_only_its_own_share() {
+        let pipeline = Pipeline::default();
+        let (big, small, owner) = (StreamId::generate(), StreamId::generate(), owner());
+        pipeline.open(big, &owner, 1);
+        pipeline.open(small, &owner, 1);
+        // Large frames from one stream fill the store's budget, and no more.
+        let pad = "x".repeat(60 * 1024);
+        let large: Vec<String> = (0..TAIL_BUDGET / pad.len() + 8)
+            .map(|n| format!(r#"{{"n":{n},"pad":"{pad}"}}"#))
+            .collect();
+        commit(&pipeline, big, &large).await;
+        assert!(pipeline.tails.load(Ordering::Relaxed) <= TAIL_BUDGET);
+        // Another stream appending past the budget keeps the store within it, and its own
+        // share at least: its newest frames.
+        commit(
+            &pipeline,
+            small,
+            &(1..=2000).map(message).collect::<Vec<_>>(),
+        )
+        .await;
+        assert!(pipeline.tails.load(Ordering::Relaxed) <= TAIL_BUDGET);
+        let lane = pipeline.lane(small).unwrap();
+        let tail = guard(&lane.tail);
+        let frame_len = tail.frames.back().unwrap().1.len();
+        assert_eq!(tail.frames.back().unwrap().0, 2000);
+        assert!(
+            tail.bytes + frame_len > TAIL_BYTES && tail.bytes < 2000 * frame_len / 2,
+            "{} bytes kept; its share is {TAIL_BYTES}",
+            tail.bytes
+        );
     }
 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tether_proto::ids::{EventId, SessionId, StreamId};
 use tether_proto::jsonrpc::RequestId;
 use tokio::sync::Notify;
@@ -583,12 +583,6 @@ impl Drop for Locked<'_> {
     }
 }
 
-/// The first page a stream's frames are written into ([`StreamLog::message_slot`]).
-const MIN_PAGE: usize = 512;
-
-/// The largest page: a busy stream allocates once per this many bytes of frames.
-const MAX_PAGE: usize = 16 * 1024;
-
 /// One stream's retained events, `slots[i]` holding seq `first_seq + i`.
 struct StreamLog {
     principal: Arc<str>,
@@ -601,11 +595,8 @@ struct StreamLog {
     /// Wakes the waiters of [`EventStore::wait_for_more`]; shared with them, since a waiter
     /// awaits it after the session lock is released.
     wake: Arc<Notify>,
-    /// Where the next frames are written: the unused end of an allocation shared with the
-    /// stream's recent frames (see [`message_slot`](Self::message_slot)).
-    page: BytesMut,
-    /// The size of the last page allocated; each new page doubles it, up to [`MAX_PAGE`].
-    page_size: usize,
+    /// Where the next frames are written (see [`frame::FramePages`]).
+    pages: frame::FramePages,
     /// A waiter registered since the last wake-up. Appends wake only then: a writer busy
     /// writing what it read is not parked, and notifying it on every append of a fast
     /// producer would cost a lock and a wake-up per event for nothing (it reads them all
@@ -624,8 +615,7 @@ impl StreamLog {
             complete: false,
             wake: Arc::default(),
             waiting: false,
-            page: BytesMut::new(),
-            page_size: MIN_PAGE / 2,
+            pages: frame::FramePages::default(),
         }
     }
 
@@ -639,28 +629,9 @@ impl StreamLog {
         self.next_seq() - 1
     }
 
-    /// `message`'s slot, its frame written into the stream's current page and cut from it.
-    ///
-    /// One allocation per page instead of one per frame (and a reference count shared by the
-    /// page's frames, instead of one set up when a frame is first read), for a stream of
-    /// small events: progress. Pages start small and double, so a stream of two events keeps
-    /// a few hundred bytes, and a busy one allocates once per [`MAX_PAGE`]. A page lives until
-    /// the last of its frames is dropped; since a stream's frames leave in order, what a
-    /// stream holds beyond its frames' bytes (which the caps count) is its oldest page's
-    /// evicted part, its current page's unused part, and less than a frame at the end of each
-    /// page. Frames larger than a page get an allocation of their own.
+    /// `message`'s slot, its frame written into the stream's pages.
     fn message_slot(&mut self, id: EventId, message: &str) -> Slot {
-        let capacity = frame::message_frame_capacity(message);
-        if capacity > MAX_PAGE {
-            return Slot::message(frame::message_frame(id, message), message);
-        }
-        // After `split`, the page's capacity is what is left of it.
-        if self.page.capacity() < capacity {
-            self.page_size = (self.page_size * 2).min(MAX_PAGE);
-            self.page = BytesMut::with_capacity(self.page_size.max(capacity));
-        }
-        frame::write_message_frame(&mut self.page, id, message);
-        Slot::message(self.page.split().freeze(), message)
+        Slot::message(self.pages.message_frame(id, message), message)
     }
 
     fn push(&mut self, slot: Slot) {
@@ -726,7 +697,7 @@ struct Slot {
 impl Slot {
     /// A message's slot, given the frame made of it.
     fn message(frame: Bytes, message: &str) -> Self {
-        let data_at = frame.len() - 2 - message.len();
+        let data_at = frame::message_at(&frame, message);
         Self { frame, data_at }
     }
 

@@ -1104,7 +1104,7 @@ impl EventStore for RedisEventStore {
         match reply.status.as_str() {
             "ok" => {
                 inner.remember_next_seq(stream, 1);
-                inner.pipeline.open(stream, owner.session.clone(), 1);
+                inner.pipeline.open(stream, owner, 1);
                 Ok(stream)
             }
             "too_many" => Err(StoreError::TooManyStreams),

@@ -221,6 +221,7 @@ pub fn open(
         tx: Mutex::new(Some(tx)),
         thread: Mutex::new(Some(thread)),
         readers: Mutex::default(),
+        reading: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
         shared,
         orphans: Mutex::new(orphans),
         pipeline: Pipeline::default(),
@@ -481,8 +482,9 @@ const REQUEST_KIND: i64 = 0;
 /// `streams.kind` of a standalone stream.
 const STANDALONE_KIND: i64 = 1;
 
-/// Most read-only connections kept for reuse.
-const MAX_IDLE_READERS: usize = 8;
+/// Most read-only connections, and reads at once: a burst of readers waits for a connection
+/// rather than opening (and preparing statements on) one each.
+const MAX_READERS: usize = 8;
 
 /// Most commands applied in one transaction.
 const MAX_BATCH: usize = 4096;
@@ -500,6 +502,8 @@ struct Inner {
     tx: Mutex<Option<mpsc::Sender<Command>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
+    /// One permit per read at once ([`MAX_READERS`]).
+    reading: Arc<tokio::sync::Semaphore>,
     shared: Arc<Shared>,
     /// The Request streams that were incomplete when the store opened, until asked for.
     orphans: Mutex<Vec<OrphanedStream>>,
@@ -530,6 +534,27 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    /// A live read from the stream's committed tail (`store/pipeline.rs`), when the tail
+    /// holds seq `from` on and nothing before `from` was evicted; `None` sends the read to
+    /// the database. A stream with a lane is neither complete nor removed (completing or
+    /// removing it drops the lane first), so a tail read never misses either.
+    fn read_tail(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        from: u64,
+        limit: usize,
+    ) -> Option<Vec<StoredEvent>> {
+        let lane = self.pipeline.lane(stream)?;
+        let first_seq = guard(&self.shared.progress)
+            .get(&stream)
+            .map(|progress| progress.borrow().first_seq)?;
+        if from < first_seq {
+            return None;
+        }
+        lane.read_tail(owner, from, limit)
+    }
+
     /// Sends a command to the writer and waits for its answer (after commit).
     async fn write<T: Send + 'static>(
         &self,
@@ -556,7 +581,12 @@ impl Inner {
         f: impl FnOnce(&mut Connection, &SqliteStoreConfig) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let inner = Arc::clone(self);
+        let permit = Arc::clone(&self.reading)
+            .acquire_owned()
+            .await
+            .map_err(|_| unavailable("store closed"))?;
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let pooled = guard(&inner.readers).pop();
             let mut conn = match pooled {
                 Some(conn) => conn,
@@ -564,7 +594,7 @@ impl Inner {
             };
             let result = f(&mut conn, &inner.config);
             let mut readers = guard(&inner.readers);
-            if readers.len() < MAX_IDLE_READERS {
+            if readers.len() < MAX_READERS {
                 readers.push(conn);
             }
             result
@@ -626,20 +656,19 @@ impl EventStore for SqliteEventStore {
         retry: Duration,
         requests: &[RequestId],
     ) -> Result<StreamId, StoreError> {
-        let session = owner.session.clone();
-        let owner = owner.clone();
         let requests = serde_json::to_string(requests).map_err(unavailable)?;
+        let for_writer = owner.clone();
         let stream = self
             .inner
             .write(|reply| Command::CreateStream {
-                owner,
+                owner: for_writer,
                 kind,
                 retry,
                 requests,
                 reply,
             })
             .await?;
-        self.inner.pipeline.open(stream, session, 1);
+        self.inner.pipeline.open(stream, owner, 1);
         Ok(stream)
     }
 
@@ -706,6 +735,15 @@ impl EventStore for SqliteEventStore {
         after: u64,
         limit: usize,
     ) -> Result<ReadBatch, StoreError> {
+        if let Some(events) = after
+            .checked_add(1)
+            .and_then(|from| self.inner.read_tail(owner, stream, from, limit))
+        {
+            return Ok(ReadBatch {
+                events,
+                complete: false,
+            });
+        }
         let owner = owner.clone();
         self.inner
             .read(move |conn, config| {
@@ -1070,6 +1108,8 @@ fn answer<T: Send + 'static>(reply: Reply<T>, result: Result<T, StoreError>) -> 
 /// What waiters watch.
 #[derive(Debug, Clone, Copy)]
 struct Progress {
+    /// The oldest seq stored: a tail read before it must hear `Expired` from the database.
+    first_seq: u64,
     last_seq: u64,
     complete: bool,
 }
@@ -1094,6 +1134,7 @@ struct StreamState {
 impl StreamState {
     fn progress(&self) -> Progress {
         Progress {
+            first_seq: self.first_seq,
             last_seq: self.next_seq.saturating_sub(1),
             complete: self.complete,
         }
@@ -1831,6 +1872,10 @@ impl Writer {
             if let Some(state) = self.sessions.get_mut(session) {
                 state.usage.events -= 1;
                 state.usage.bytes -= len;
+            }
+            // Its new first seq is published: tail reads before it must stop.
+            if self.touched.last() != Some(&stream) {
+                self.touched.push(stream);
             }
             self.compact(session);
             return Ok(true);
