@@ -272,10 +272,8 @@ fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
     // Room for every statement the writer prepares, so none is prepared again per batch.
     conn.set_prepared_statement_cache_capacity(64);
     // The first statement that reads the file: a file that is not a database fails here.
-    // `page_size` and `auto_vacuum` take effect only on a new file, before WAL mode writes
-    // its header. 16 KiB pages hold a chunk of events in a few pages, with fewer b-tree
-    // pages rewritten per commit and copied per checkpoint than 4 KiB ones.
-    conn.execute_batch("PRAGMA page_size = 16384; PRAGMA auto_vacuum = INCREMENTAL")?;
+    // `auto_vacuum` takes effect only on a new file, before WAL mode writes its header.
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
     let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     let synchronous = match config.durability {
         Durability::Normal => "NORMAL",
@@ -489,8 +487,7 @@ const MAX_READERS: usize = 8;
 /// Most commands applied in one transaction.
 const MAX_BATCH: usize = 4096;
 
-/// Most free pages (16 KiB each in a file this version created) returned to the file system
-/// per sweep.
+/// Most free pages (4 KiB each) returned to the file system per sweep.
 const VACUUM_PAGES: usize = 1024;
 
 /// Most expired streams deleted between two batches, so appends never wait long for it.
@@ -851,9 +848,16 @@ impl SessionStore for SqliteSessionStore {
     }
 
     /// Touching an unknown session does nothing.
+    /// Returns once the writer has the touch, without waiting for its commit: activity only
+    /// pushes back idle expiry, which a touch lost in a crash merely brings forward, and every
+    /// request touches its session, so waiting would put a commit on every request's path.
+    /// The writer applies commands in order, so a later `expire_idle` sees it.
     async fn touch(&self, id: &SessionId) -> Result<(), StoreError> {
-        let id = id.clone();
-        self.inner.write(|reply| Command::Touch { id, reply }).await
+        let (reply, _answer) = oneshot::channel();
+        self.inner.send(Command::Touch {
+            id: id.clone(),
+            reply,
+        })
     }
 
     async fn remove(&self, id: &SessionId) -> Result<bool, StoreError> {
