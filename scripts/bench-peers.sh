@@ -7,8 +7,16 @@
 #   N=20000 C=20 scripts/bench-peers.sh
 #   BEFORE=/tmp/before/target/release/tether scripts/bench-peers.sh   # before/after
 #
-# Targets, each on 127.0.0.1 with the `count` tool of CONTRACTS.md:
-#   tether   `tether serve --store memory` (release build, session and event caps raised)
+# Targets, each on 127.0.0.1 with the `count` tool of docs/CONTRACTS.md:
+#   sqlite   `tether serve --store sqlite:FILE` (the default store, FILE in a temporary
+#            directory, default durability), release build, session and event caps raised
+#   sqlite_full  the same with `--durability full` (throughput only)
+#   memory   the same with `--store memory`
+#   redis    the same with `--store redis://127.0.0.1:PORT`, on a private `redis-server`
+#            started by this script (no persistence, a free port)
+#   gateway  `tether serve --store sqlite:FILE -- python3 count_child.py`: the gateway in front
+#            of a minimal stdio server (target/peers/gateway-count, source below) that writes
+#            `count`'s progress lines as fast as Python can
 #   rmcp     the official Rust SDK, crates.io rmcp =3.11.0, built outside the workspace under
 #            target/peers/rmcp-bench (sources below), its default session manager
 #   ts       interop/ts/server.mjs, @modelcontextprotocol/sdk 1.32.2 with its event store
@@ -16,13 +24,19 @@
 #   raw      a raw ceiling: a minimal hyper server writing tether-shaped SSE frames encoded in
 #            64 KiB batches (target/peers/raw-ceiling, sources below); throughput only
 # Scenarios: throughput (N events, RUNS runs, median) and fanout (C sessions, FANOUT_N events
-# each unpaced, then 20 paced events 50 ms apart) against every target; then tether alone:
-# resume (100 000 stored), idle (IDLE sessions), fanout with BIG_C sessions, store.
+# each unpaced, then 20 paced events 50 ms apart) against every target; then tether alone,
+# per store: resume (100 000 stored), fanout with BIG_C sessions, idle (IDLE sessions, on a
+# fresh server); `tether bench store` (memory, SQLite, Redis in process) with 50 streams and
+# with one; and two nodes on the redis target's database (fanout on one node, then on both at
+# once, with redis-server's own CPU use).
 # Environment: N (50000), RUNS (3), C (50), FANOUT_N (200), BIG_C (1000), IDLE (1000),
 # SKIP (space-separated targets to leave out), BEFORE (an older `tether` binary: served as
-# the target `before` with the same flags, measured in the same run by the same scenarios as
-# tether, and printed as after/before ratios; build one with `git worktree add /tmp/before
-# <commit> && (cd /tmp/before && cargo build --release -p tether-cli --bin tether)`).
+# the target `before` with the store BEFORE_STORE (sqlite, memory or redis; default sqlite)
+# and the same flags, measured in the same run by the same scenarios as tether, and printed
+# as after/before ratios against the same store (and its gateway as `before_gateway`); build
+# one with `git worktree add
+# /tmp/before <commit> && (cd /tmp/before && cargo build --release -p tether-cli --bin
+# tether)`).
 # Output: a table on stdout; each scenario's JSON under target/peers/bench-results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +49,7 @@ BIG_C=${BIG_C:-1000}
 IDLE=${IDLE:-1000}
 SKIP=${SKIP:-}
 BEFORE=${BEFORE:-}
+BEFORE_STORE=${BEFORE_STORE:-sqlite}
 
 peers=target/peers
 out=$peers/bench-results
@@ -289,6 +304,37 @@ async fn main() {
     }
 }
 RUST_EOF
+put $peers/gateway-count/count_child.py <<'PY_EOF'
+"""A minimal stdio MCP server with `count {n}` (docs/CONTRACTS.md) for scripts/bench-peers.sh:
+n progress lines for the call's progressToken, written in large blocks, then `counted n`."""
+import json
+import sys
+
+out = sys.stdout
+for line in sys.stdin:
+    message = json.loads(line)
+    method, id_ = message.get("method"), message.get("id")
+    if id_ is None or method is None:
+        continue
+    params = message.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "count-child", "version": "0"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "count", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        n = int((params.get("arguments") or {}).get("n", 0))
+        token = json.dumps((params.get("_meta") or {}).get("progressToken"))
+        head = '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%s,"progress":' % token
+        tail = ',"total":%d}}\n' % n
+        for start in range(1, n + 1, 4096):
+            out.write("".join(head + str(i) + tail for i in range(start, min(start + 4096, n + 1))))
+        result = {"content": [{"type": "text", "text": "counted %d" % n}]}
+    else:
+        result = {}
+    out.write(json.dumps({"jsonrpc": "2.0", "id": id_, "result": result}) + "\n")
+    out.flush()
+PY_EOF
 for peer in rmcp-bench raw-ceiling; do
   (cd $peers/$peer && CARGO_TARGET_DIR="$PWD/target" cargo build --release --quiet)
 done
@@ -320,11 +366,67 @@ start() {
 
 targets=()
 want() { [[ " $SKIP " != *" $1 "* ]]; }
+
+scratch=$(mktemp -d)
+cleanup_scratch() { cleanup; rm -rf "$scratch"; }
+trap cleanup_scratch EXIT
+
+# A private redis-server for the redis target and the store scenario: no persistence, a port
+# nobody else uses. Its pid joins the others, so it stops with them.
+redis_url=
+if want redis; then
+  redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$scratch" >"$out/redis-server.log" 2>&1 &
+  pids+=($!)
+  redis_pid=$!
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$redis_port") 2>/dev/null; then break; fi
+    sleep 0.05
+  done
+  redis_url=redis://127.0.0.1:$redis_port
+fi
+
+# store_flag STORE NAME: sets `flag` to the `--store` value for a tether target: each target
+# its own SQLite file, or its own Redis database, so no two servers share a log.
+redis_db=0
+store_flag() {
+  case $1 in
+    memory) flag=memory ;;
+    sqlite) flag="sqlite:$scratch/$2.db" ;;
+    redis) redis_db=$((redis_db + 1)); flag="$redis_url/$redis_db" ;;
+  esac
+}
+
 # Room for the tether-only scenarios: resume stores 100 000 events in one session, idle may
 # hold more sessions than the default 1 024.
-tether_flags=(serve --bind 127.0.0.1:0 --store memory --max-sessions 20000 --max-events-per-session 200000)
-want tether && start tether $tether "${tether_flags[@]}" && targets+=(tether)
-[ -n "$BEFORE" ] && start before "$BEFORE" "${tether_flags[@]}" && targets+=(before)
+tether_flags=(serve --bind 127.0.0.1:0 --max-sessions 20000 --max-events-per-session 200000)
+stores=()
+for store in sqlite memory redis; do
+  if want "$store"; then
+    store_flag "$store" "$store"
+    [ "$store" = redis ] && redis_flag=$flag
+    start "$store" $tether "${tether_flags[@]}" --store "$flag"
+    targets+=("$store")
+    stores+=("$store")
+  fi
+done
+if [ -n "$BEFORE" ]; then
+  store_flag "$BEFORE_STORE" before
+  start before "$BEFORE" "${tether_flags[@]}" --store "$flag"
+  targets+=(before)
+fi
+if want gateway; then
+  child=(-- python3 "$peers/gateway-count/count_child.py")
+  store_flag sqlite gateway
+  start gateway $tether "${tether_flags[@]}" --store "$flag" "${child[@]}"
+  targets+=(gateway)
+  if [ -n "$BEFORE" ]; then
+    store_flag sqlite before_gateway
+    start before_gateway "$BEFORE" "${tether_flags[@]}" --store "$flag" "${child[@]}"
+    targets+=(before_gateway)
+  fi
+fi
 want rmcp && start rmcp $peers/rmcp-bench/target/release/rmcp-bench --bind 127.0.0.1:0 && targets+=(rmcp)
 want ts && start ts $peers/node/node_modules/node/bin/node interop/ts/server.mjs --bind 127.0.0.1:0 && targets+=(ts)
 want python && start python $peers/py/bin/python interop/python/server.py --bind 127.0.0.1:0 && targets+=(python)
@@ -346,30 +448,77 @@ for name in "${targets[@]}"; do
     bench "$name" fanout --url "${!url_var}" -c "$C" --n "$FANOUT_N"
   fi
 done
-if want tether; then
-  bench tether resume --url "$URL_tether"
-  bench tether-big fanout --url "$URL_tether" -c "$BIG_C" --n "$FANOUT_N"
-  bench tether idle --spawn -s "$IDLE"
-  bench tether store
-fi
+
+# tether_only NAME BINARY STORE: resume, big fanout and idle (on a fresh server, so its RSS
+# is that of an unused process) against one tether build and store.
+tether_only() {
+  local name=$1 binary=$2 store=$3 url_var=URL_$1
+  bench "$name" resume --url "${!url_var}"
+  bench "$name-big" fanout --url "${!url_var}" -c "$BIG_C" --n "$FANOUT_N"
+  store_flag "$store" "${name}_idle"
+  start "${name}_idle" "$binary" "${tether_flags[@]}" --store "$flag"
+  local idle_url=URL_${name}_idle idle_pid=PID_${name}_idle
+  bench "$name" idle --url "${!idle_url}" --pid "${!idle_pid}" -s "$IDLE"
+  kill "${!idle_pid}" 2>/dev/null || true
+}
+for store in "${stores[@]}"; do
+  tether_only "$store" $tether "$store"
+done
 if [ -n "$BEFORE" ]; then
-  bench before resume --url "$URL_before"
-  bench before-big fanout --url "$URL_before" -c "$BIG_C" --n "$FANOUT_N"
-  # A fresh server, as `--spawn` gives tether: RSS measured from an unused process.
-  start before_idle "$BEFORE" "${tether_flags[@]}"
-  bench before idle --url "$URL_before_idle" --pid "$PID_before_idle" -s "$IDLE"
+  tether_only before "$BEFORE" "$BEFORE_STORE"
+fi
+if [ ${#stores[@]} -gt 0 ]; then
+  bench tether store ${redis_url:+--redis "$redis_url/15"}
+  bench tether-one store --tasks 1 ${redis_url:+--redis "$redis_url/14"}
+fi
+# The default store with `--durability full` (a sync per commit), throughput only.
+if want sqlite; then
+  store_flag sqlite sqlite_full
+  start sqlite_full $tether "${tether_flags[@]}" --store "$flag" --durability full
+  bench sqlite_full throughput --url "$URL_sqlite_full" --n "$N" --runs "$RUNS" --pid "$PID_sqlite_full"
+fi
+# Two nodes on one Redis: fanout with 2C sessions (10 × FANOUT_N events each) on one node,
+# then C sessions on each of two nodes at once (a second `tether serve` on the redis target's
+# database).
+if want redis; then
+  start redis_b $tether "${tether_flags[@]}" --store "$redis_flag" --node-id bench-b
+  # redis-server's CPU time (clock ticks) and the wall clock around each phase: how busy
+  # Redis itself was.
+  redis_cpu() { awk '{print $14 + $15}' "/proc/$redis_pid/stat"; }
+  t0=$(date +%s.%N) c0=$(redis_cpu)
+  bench redis-one-node fanout --url "$URL_redis" -c $((2 * C)) --n $((10 * FANOUT_N))
+  t1=$(date +%s.%N) c1=$(redis_cpu)
+  bench redis-node-a fanout --url "$URL_redis" -c "$C" --n $((10 * FANOUT_N)) &
+  node_a=$!
+  bench redis-node-b fanout --url "$URL_redis_b" -c "$C" --n $((10 * FANOUT_N))
+  wait "$node_a" || true
+  t2=$(date +%s.%N) c2=$(redis_cpu)
+  python3 - "$t0" "$t1" "$t2" "$c0" "$c1" "$c2" >"$out/redis-cpu.json" <<'PY_EOF' || true
+import json, os, sys
+t0, t1, t2, c0, c1, c2 = map(float, sys.argv[1:])
+tick = os.sysconf("SC_CLK_TCK")
+print(json.dumps({"one_node": (c1 - c0) / tick / (t1 - t0), "two_nodes": (c2 - c1) / tick / (t2 - t1)}))
+PY_EOF
+
 fi
 
-python3 - "$out" "$N" "$C" "$BIG_C" "$BEFORE" <<'PY_EOF'
+python3 - "$out" "$N" "$C" "$BIG_C" "$BEFORE" "$BEFORE_STORE" <<'PY_EOF'
 import json, pathlib, sys
-out, n, c, big_c, before = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+out, n, c, big_c, before, before_store = pathlib.Path(sys.argv[1]), *sys.argv[2:7]
 def load(name, scenario):
     p = out / f"{name}-{scenario}.json"
     try:
         return json.loads(p.read_text())
     except Exception:
         return None
-names = ["tether"] + (["before"] if before else []) + ["rmcp", "ts", "python", "raw"]
+def rate(name, scenario="throughput", key="events_per_sec"):
+    r = load(name, scenario)
+    return r[key] if r and r.get("ok") and r.get(key) else None
+stores = ["sqlite", "memory", "redis"]
+names = ["sqlite", "sqlite_full", "memory", "redis"] + (["before"] if before else []) + ["gateway"] + (["before_gateway"] if before else []) + ["rmcp", "ts", "python", "raw"]
+heading = {"sqlite": "tether sqlite (default)", "sqlite_full": "tether sqlite, durability full", "memory": "tether memory", "redis": "tether redis",
+           "before": f"before ({before_store})", "gateway": "tether gateway (sqlite)",
+           "before_gateway": "before gateway (sqlite)"}
 rows = [
     ("throughput", "events_per_sec", f"throughput events/s (n={n}, median)"),
     ("throughput", "server_cpu_us_per_event", "server CPU µs per event (throughput runs)"),
@@ -378,7 +527,7 @@ rows = [
     ("fanout", "latency_p99_ms", f"fanout p99 latency ms (C={c}, paced)"),
 ]
 print()
-print("| measure | " + " | ".join(names) + " |")
+print("| measure | " + " | ".join(heading.get(name, name) for name in names) + " |")
 print("|---|" + "---|" * len(names))
 for scenario, key, label in rows:
     cells = []
@@ -393,33 +542,46 @@ for scenario, key, label in rows:
             cells.append("-" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.2f}")
     print(f"| {label} | " + " | ".join(cells) + " |")
 print()
-t = load("tether", "throughput")
-if t and t.get("ok"):
-    for name, target in [("python", "20x"), ("ts", "5x"), ("rmcp", "2x"), ("raw", "0.5x")]:
-        r = load(name, "throughput")
-        if r and r.get("ok"):
-            print(f"throughput tether/{name}: {t['events_per_sec'] / r['events_per_sec']:.2f}x (target >= {target})")
-    for name in names[1:]:
-        r = load(name, "throughput")
-        if r and r.get("ok") and r.get("server_cpu_us_per_event") and t.get("server_cpu_us_per_event"):
-            print(f"server CPU per event {name}/tether: {r['server_cpu_us_per_event'] / t['server_cpu_us_per_event']:.2f}x")
+# Each ratio with the target it answers (docs/PERFORMANCE.md).
+for a, b, target in [("sqlite", "memory", "0.5x"), ("sqlite", "rmcp", "3x"), ("redis", "rmcp", "2x"),
+                     ("memory", "python", "20x"), ("memory", "ts", "5x"), ("memory", "rmcp", "2x"),
+                     ("memory", "raw", "0.5x")]:
+    if rate(a) and rate(b):
+        print(f"throughput {a}/{b}: {rate(a) / rate(b):.2f}x (target >= {target})")
+for name in names:
+    if name != "memory" and rate(name, key="server_cpu_us_per_event") and rate("memory", key="server_cpu_us_per_event"):
+        print(f"server CPU per event {name}/memory: {rate(name, key='server_cpu_us_per_event') / rate('memory', key='server_cpu_us_per_event'):.2f}x")
 print()
 if before:
-    print(f"before = {before}")
+    print(f"before = {before}, store {before_store}")
     for scenario, key in [("throughput", "events_per_sec"), ("fanout", "aggregate_events_per_sec")]:
-        a, b = load("tether", scenario), load("before", scenario)
-        if a and b and a.get("ok") and b.get("ok"):
-            print(f"{scenario} tether/before: {a[key] / b[key]:.2f}x")
+        for a, b in [(before_store, "before"), ("gateway", "before_gateway")]:
+            if rate(a, scenario, key) and rate(b, scenario, key):
+                print(f"{scenario} {a}/{b}: {rate(a, scenario, key) / rate(b, scenario, key):.2f}x")
     print()
-singles = [("tether", "resume"), ("tether-big", "fanout"), ("tether", "idle"), ("tether", "store")]
-if before:
-    singles += [("before", "resume"), ("before-big", "fanout"), ("before", "idle")]
+singles = []
+for name in stores + (["before"] if before else []):
+    singles += [(name, "resume"), (f"{name}-big", "fanout"), (name, "idle")]
+singles += [("tether", "store"), ("tether-one", "store")]
+one = rate("redis-one-node", "fanout", "aggregate_events_per_sec")
+a = rate("redis-node-a", "fanout", "aggregate_events_per_sec")
+b = rate("redis-node-b", "fanout", "aggregate_events_per_sec")
+if one and a and b:
+    print(f"two redis nodes: one node {one:,.0f} events/s (C={2 * int(c)}), two nodes {a:,.0f} + {b:,.0f} = {a + b:,.0f} (C={c} each): {(a + b) / one:.2f}x (target >= 1.6x)")
+    try:
+        cpu = json.loads((out / "redis-cpu.json").read_text())
+        print(f"redis-server busy: {cpu['one_node']:.0%} of a core with one node, {cpu['two_nodes']:.0%} with two")
+    except Exception:
+        pass
+    print()
 for name, scenario in singles:
     r = load(name, scenario)
     if r is None:
         continue
     who = name.removesuffix("-big")
     label = f"{who} {scenario}" + (f" C={big_c}" if name.endswith("-big") else "")
+    if name == "tether-one":
+        label = "tether store, one stream"
     if not r.get("ok"):
         print(f"{label}: FAILED: {r.get('error')}")
         continue

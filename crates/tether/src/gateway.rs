@@ -446,7 +446,9 @@ impl Child {
             Message::Notification(notification) => {
                 let target = self.target(notification.progress_token().as_ref());
                 let params = notification.params.unwrap_or(Value::Null);
-                // Awaited: the next line is read only once this one is stored (backpressure).
+                // Awaited: returns once the line is queued for its commit (store/pipeline.rs),
+                // so the next line is read while earlier ones commit, and a full pipeline
+                // window holds the child back (backpressure).
                 let sent = match &target {
                     Some(context) => context.notify(&notification.method, params).await,
                     None => self.session.notify(&notification.method, params).await,

@@ -74,11 +74,20 @@ pub(crate) async fn run(
     config.max_events_per_session = config.max_events_per_session.max(cap);
     config.max_bytes_per_session = BYTE_CAP;
     let (sqlite, _sessions) = tether::store::sqlite::open(config).context("opening SQLite")?;
-    let (append, read) = measure(Arc::new(sqlite), &messages, tasks, runs)
+    let sqlite = Arc::new(sqlite);
+    let before = sqlite.transactions();
+    let (append, read) = measure(Arc::clone(&sqlite), &messages, tasks, runs)
         .await
         .context("sqlite store")?;
     report.add("sqlite_append_per_sec", append, "events/s");
     report.add("sqlite_read_per_sec", read, "events/s");
+    // How well appends share commits: the pipeline's point.
+    let commits = sqlite.transactions() - before;
+    report.add(
+        "sqlite_events_per_commit",
+        (events * runs) as f64 / commits.max(1) as f64,
+        "events per transaction (all runs, setup included)",
+    );
 
     if let Some(url) = redis {
         let mut config = tether::store::redis::RedisStoreConfig::new(url);
