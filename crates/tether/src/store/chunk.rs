@@ -8,7 +8,12 @@
 //! This module owns the encoding only; which events go into which chunk, and what a chunk
 //! means for retention, is each backend's.
 
+use std::ops::Range;
+
 use bytes::Bytes;
+use tether_proto::ids::StreamId;
+
+use super::memory::FastMap;
 
 /// Most events in one chunk: about what the SSE writer reads at once, so a read seldom
 /// fetches much more than it hands out.
@@ -28,6 +33,61 @@ impl std::fmt::Display for Malformed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a stored chunk of events is malformed")
     }
+}
+
+/// One chunk to write: `items[range]` (after [`cut`]) are consecutive events of `stream`, the
+/// first of them seq `first`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Cut {
+    pub(super) stream: StreamId,
+    pub(super) first: u64,
+    pub(super) range: Range<usize>,
+}
+
+impl Cut {
+    /// The seq of the chunk's last event.
+    pub(super) fn last(&self) -> u64 {
+        self.first + (self.range.len() as u64).saturating_sub(1)
+    }
+}
+
+/// Orders `items` (events committed together, in the order they were appended) so that each
+/// stream's are together and in their order (a stable sort; streams in the order of their
+/// first item), then cuts them into chunks: consecutive seqs of one stream, within
+/// [`MAX_EVENTS`] and [`MAX_BYTES`]. `key` gives an item's stream, seq and frame length.
+pub(super) fn cut<T>(items: &mut [T], key: impl Fn(&T) -> (StreamId, u64, usize)) -> Vec<Cut> {
+    let mut rank: FastMap<StreamId, usize> = FastMap::default();
+    for item in items.iter() {
+        let next = rank.len();
+        rank.entry(key(item).0).or_insert(next);
+    }
+    if rank.len() > 1 {
+        items.sort_by_key(|item| rank[&key(item).0]);
+    }
+    let mut cuts: Vec<Cut> = Vec::new();
+    let mut bytes = 0;
+    for (at, item) in items.iter().enumerate() {
+        let (stream, seq, len) = key(item);
+        let fits = cuts.last().is_some_and(|open| {
+            open.stream == stream
+                && open.last() + 1 == seq
+                && open.range.len() < MAX_EVENTS
+                && bytes + LENGTH_BYTES + len <= MAX_BYTES
+        });
+        match cuts.last_mut() {
+            Some(open) if fits => open.range.end = at + 1,
+            _ => {
+                bytes = 0;
+                cuts.push(Cut {
+                    stream,
+                    first: seq,
+                    range: at..at + 1,
+                });
+            }
+        }
+        bytes += LENGTH_BYTES + len;
+    }
+    cuts
 }
 
 /// Appends `frame` to the chunk being built in `chunk`.
@@ -101,6 +161,42 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(got, sent);
+    }
+
+    #[test]
+    fn cuts_group_each_stream_in_order_within_the_bounds() {
+        let (a, b) = (StreamId::generate(), StreamId::generate());
+        // Interleaved as two streams' emitters append; `b` jumps a seq (another writer).
+        let mut items: Vec<(StreamId, u64, usize)> =
+            vec![(a, 1, 10), (b, 7, 10), (a, 2, 10), (b, 9, 10), (a, 3, 10)];
+        let cuts = cut(&mut items, |item| *item);
+        assert_eq!(
+            items,
+            vec![(a, 1, 10), (a, 2, 10), (a, 3, 10), (b, 7, 10), (b, 9, 10)]
+        );
+        let spans: Vec<(StreamId, u64, u64)> =
+            cuts.iter().map(|c| (c.stream, c.first, c.last())).collect();
+        assert_eq!(spans, vec![(a, 1, 3), (b, 7, 7), (b, 9, 9)]);
+
+        let mut many: Vec<(StreamId, u64, usize)> =
+            (0..MAX_EVENTS as u64 + 1).map(|seq| (a, seq, 1)).collect();
+        let lens: Vec<usize> = cut(&mut many, |item| *item)
+            .iter()
+            .map(|c| c.range.len())
+            .collect();
+        assert_eq!(lens, vec![MAX_EVENTS, 1], "at most MAX_EVENTS per chunk");
+
+        let half = MAX_BYTES / 2;
+        let mut large = vec![(a, 1, half), (a, 2, half), (a, 3, 2 * MAX_BYTES)];
+        let lens: Vec<usize> = cut(&mut large, |item| *item)
+            .iter()
+            .map(|c| c.range.len())
+            .collect();
+        assert_eq!(
+            lens,
+            vec![1, 1, 1],
+            "within MAX_BYTES, lengths included; a larger frame alone"
+        );
     }
 
     #[test]

@@ -100,7 +100,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 pub use self::relay::RedisRelay;
 use self::relay::RelayState;
 use self::wake::{Listener, RECHECK, Watchers};
-use super::memory::{FastMap, MemoryStoreConfig};
+use super::memory::MemoryStoreConfig;
 use super::pipeline::{CompletionReply, Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
@@ -632,49 +632,31 @@ impl Inner {
         if appends.is_empty() {
             return;
         }
-        // Each stream's appends together, in seq order (the sort is stable): one run per
-        // stream, cut into chunks of consecutive seqs.
-        let mut rank: FastMap<StreamId, usize> = FastMap::default();
-        for append in &appends {
-            let next = rank.len();
-            rank.entry(append.id.stream).or_insert(next);
-        }
-        if rank.len() > 1 {
-            appends.sort_by_key(|append| rank[&append.id.stream]);
-        }
-        let mut args: Vec<Vec<u8>> = Vec::new();
-        let mut at = 0;
-        while at < appends.len() {
-            let first = &appends[at];
-            let (stream, first_seq) = (first.id.stream, first.id.seq);
-            let mut encoded = Vec::new();
+        // Each stream's appends together, in seq order: one run per stream, cut into chunks
+        // of consecutive seqs.
+        let cuts = chunk::cut(&mut appends, |append| {
+            (append.id.stream, append.id.seq, append.frame.len())
+        });
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(6 * cuts.len());
+        for cut in cuts {
+            let frames = &appends[cut.range.clone()];
+            let mut encoded =
+                Vec::with_capacity(frames.iter().map(|a| chunk::encoded_len(&a.frame)).sum());
             let mut lens = String::new();
-            let mut bytes = 0;
-            let mut end = at;
-            while let Some(append) = appends.get(end) {
-                let fits = end == at
-                    || (append.id.stream == stream
-                        && append.id.seq == first_seq + (end - at) as u64
-                        && end - at < chunk::MAX_EVENTS
-                        && encoded.len() + chunk::encoded_len(&append.frame) <= chunk::MAX_BYTES);
-                if !fits {
-                    break;
-                }
+            for append in frames {
                 chunk::push(&mut encoded, &append.frame);
-                if end > at {
+                if !lens.is_empty() {
                     lens.push(',');
                 }
-                lens.push_str(&append.frame.len().to_string());
-                bytes += append.frame.len();
-                end += 1;
+                lens.push_str(itoa::Buffer::new().format(append.frame.len()));
             }
-            args.push(stream.as_str().as_bytes().to_vec());
-            args.push(first_seq.to_string().into_bytes());
-            args.push((end - at).to_string().into_bytes());
+            let bytes: usize = frames.iter().map(|a| a.frame.len()).sum();
+            args.push(cut.stream.as_str().as_bytes().to_vec());
+            args.push(cut.first.to_string().into_bytes());
+            args.push(frames.len().to_string().into_bytes());
             args.push(bytes.to_string().into_bytes());
             args.push(lens.into_bytes());
             args.push(encoded);
-            at = end;
         }
         let args: Vec<&(dyn AsRef<[u8]> + Sync)> = args
             .iter()

@@ -193,6 +193,7 @@ pub fn open(
     let conn = open_writer(&config).map_err(fail)?;
     let shared = Arc::new(Shared {
         progress: Mutex::default(),
+        records: Mutex::default(),
         transactions: AtomicU64::new(0),
     });
     let mut writer = Writer {
@@ -202,6 +203,7 @@ pub fn open(
         streams: FastMap::default(),
         sessions: FastMap::default(),
         touched: Vec::new(),
+        record_changes: Vec::new(),
         orphans: Vec::new(),
         pending: Vec::new(),
         inserted: 0,
@@ -515,6 +517,9 @@ struct Shared {
     /// One watch per stream the writer holds: updated after each commit, dropped with the
     /// stream (which ends every wait on it).
     progress: Mutex<HashMap<StreamId, watch::Sender<Progress>>>,
+    /// Every session record in the file, as last committed: the one writer keeps it, so
+    /// looking a session up on every request needs no read.
+    records: Mutex<FastMap<SessionId, SessionRecord>>,
     /// Transactions committed.
     transactions: AtomicU64,
 }
@@ -815,36 +820,9 @@ impl SessionStore for SqliteSessionStore {
             .await
     }
 
+    /// From the writer's copy of the committed records: no read.
     async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
-        let id = id.clone();
-        self.inner
-            .read(move |conn, _| {
-                conn.prepare_cached(
-                    "SELECT version, principal, standalone FROM sessions WHERE id = ?1",
-                )
-                .and_then(|mut statement| {
-                    statement
-                        .query_row([id.as_str()], |row| {
-                            Ok((
-                                row.get::<_, String>(0)?,
-                                row.get::<_, String>(1)?,
-                                row.get::<_, String>(2)?,
-                            ))
-                        })
-                        .optional()
-                })
-                .map_err(unavailable)?
-                .map(|(version, principal, standalone)| {
-                    Ok(SessionRecord {
-                        id: id.clone(),
-                        version: ProtocolVersion::parse(&version).map_err(unavailable)?,
-                        principal: Arc::from(principal),
-                        standalone: StreamId::parse(&standalone).map_err(unavailable)?,
-                    })
-                })
-                .transpose()
-            })
-            .await
+        Ok(guard(&self.inner.shared.records).get(id).cloned())
     }
 
     /// Touching an unknown session does nothing.
@@ -874,30 +852,14 @@ impl SessionStore for SqliteSessionStore {
     }
 
     async fn count(&self) -> Result<usize, StoreError> {
-        self.inner
-            .read(|conn, _| {
-                conn.query_row("SELECT COUNT(*) FROM sessions", [], |row| {
-                    row.get::<_, i64>(0)
-                })
-                .map(|n| usize::try_from(n).unwrap_or(0))
-                .map_err(unavailable)
-            })
-            .await
+        Ok(guard(&self.inner.shared.records).len())
     }
 
     async fn count_for(&self, principal: &str) -> Result<usize, StoreError> {
-        let principal = principal.to_owned();
-        self.inner
-            .read(move |conn, _| {
-                conn.query_row(
-                    "SELECT COUNT(*) FROM sessions WHERE principal = ?1",
-                    [&principal],
-                    |row| row.get::<_, i64>(0),
-                )
-                .map(|n| usize::try_from(n).unwrap_or(0))
-                .map_err(unavailable)
-            })
-            .await
+        Ok(guard(&self.inner.shared.records)
+            .values()
+            .filter(|record| &*record.principal == principal)
+            .count())
     }
 }
 
@@ -1164,6 +1126,9 @@ struct Writer {
     sessions: FastMap<SessionId, SessionState>,
     /// Streams whose progress changed in this batch (published after commit).
     touched: Vec<StreamId>,
+    /// Session records this batch stored (`Some`) or removed (`None`), applied to
+    /// [`Shared::records`] after commit.
+    record_changes: Vec<(SessionId, Option<SessionRecord>)>,
     /// Incomplete Request streams found by [`Writer::reload`].
     orphans: Vec<OrphanedStream>,
     /// Events accounted for but not yet inserted (pipelined or not): written many rows per
@@ -1251,6 +1216,7 @@ impl Writer {
         match result {
             Ok(()) => {
                 self.shared.transactions.fetch_add(1, Ordering::Relaxed);
+                self.publish_records();
                 self.publish();
                 // A page for the commit's own bookkeeping, beside the rows.
                 self.checkpointer
@@ -1259,6 +1225,7 @@ impl Writer {
             }
             Err(error) => {
                 self.inserted = 0;
+                self.record_changes.clear();
                 let _ = self.conn.execute_batch("ROLLBACK");
                 self.touched.clear();
                 self.pending.clear();
@@ -1267,6 +1234,24 @@ impl Writer {
                 }
                 self.publish_all();
                 Err(error)
+            }
+        }
+    }
+
+    /// Applies the session records this batch committed to the shared copy.
+    fn publish_records(&mut self) {
+        if self.record_changes.is_empty() {
+            return;
+        }
+        let mut records = guard(&self.shared.records);
+        for (id, record) in self.record_changes.drain(..) {
+            match record {
+                Some(record) => {
+                    records.insert(id, record);
+                }
+                None => {
+                    records.remove(&id);
+                }
             }
         }
     }
@@ -1377,6 +1362,35 @@ impl Writer {
                 state.completed.push_back((at, stream));
             }
         }
+        let mut records = FastMap::default();
+        {
+            let mut statement = self
+                .conn
+                .prepare("SELECT id, version, principal, standalone FROM sessions")?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                let parsed = (
+                    SessionId::parse(&row.get::<_, String>(0)?),
+                    ProtocolVersion::parse(&row.get::<_, String>(1)?),
+                    StreamId::parse(&row.get::<_, String>(3)?),
+                );
+                // Written by this module: unreadable only if someone edited the file.
+                let (Ok(id), Ok(version), Ok(standalone)) = parsed else {
+                    continue;
+                };
+                let principal: Arc<str> = Arc::from(row.get::<_, String>(2)?);
+                records.insert(
+                    id.clone(),
+                    SessionRecord {
+                        id,
+                        version,
+                        principal,
+                        standalone,
+                    },
+                );
+            }
+        }
+        *guard(&self.shared.records) = records;
         // Chunks in the order they were inserted: each session's events in append order,
         // up to the order of streams within one commit.
         let mut statement = self
@@ -1485,6 +1499,7 @@ impl Writer {
                         record.standalone.as_str(),
                         now_ms()
                     ])?;
+                self.record_changes.push((record.id.clone(), Some(record)));
                 answer(reply, Ok(()))
             }
             Command::Touch { id, reply } => {
@@ -1498,6 +1513,7 @@ impl Writer {
                     .conn
                     .prepare_cached("DELETE FROM sessions WHERE id = ?1")?
                     .execute([id.as_str()])?;
+                self.record_changes.push((id, None));
                 answer(reply, Ok(removed > 0))
             }
             Command::ExpireIdle { idle, reply } => {
@@ -1514,6 +1530,8 @@ impl Writer {
                         }
                     }
                 }
+                self.record_changes
+                    .extend(expired.iter().map(|id| (id.clone(), None)));
                 answer(reply, Ok(expired))
             }
         })
@@ -1640,59 +1658,28 @@ impl Writer {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let pending = std::mem::take(&mut self.pending);
-        // Each stream's events together, in seq order (the sort is stable), streams in the
-        // order of their first event here.
-        let mut rank: FastMap<StreamId, usize> = FastMap::default();
-        for (stream, _, _) in &pending {
-            let next = rank.len();
-            rank.entry(*stream).or_insert(next);
-        }
-        let mut order: Vec<usize> = (0..pending.len()).collect();
-        if rank.len() > 1 {
-            order.sort_by_key(|&at| rank[&pending[at].0]);
-        }
+        let mut pending = std::mem::take(&mut self.pending);
+        let cuts = chunk::cut(&mut pending, |(stream, seq, frame)| {
+            (*stream, *seq, frame.len())
+        });
         let mut statement = self.conn.prepare_cached(
             "INSERT INTO chunks (stream, first_seq, last_seq, frames) VALUES (?1, ?2, ?3, ?4)",
         )?;
         let mut encoded = std::mem::take(&mut self.chunk);
-        let mut open: Option<(StreamId, u64, u64, usize)> = None;
         let mut inserted = 0;
-        let mut flush =
-            |open: &mut Option<(StreamId, u64, u64, usize)>, encoded: &mut Vec<u8>| -> Sql<()> {
-                if let Some((stream, first, last, _)) = open.take() {
-                    statement.execute(params![
-                        stream.as_str(),
-                        i64::try_from(first).unwrap_or(i64::MAX),
-                        i64::try_from(last).unwrap_or(i64::MAX),
-                        &encoded[..]
-                    ])?;
-                    inserted += encoded.len() as u64 + 64;
-                    encoded.clear();
-                }
-                Ok(())
-            };
-        for at in order {
-            let (stream, seq, frame) = &pending[at];
-            let fits = open.is_some_and(|(s, _, last, events)| {
-                s == *stream
-                    && last + 1 == *seq
-                    && events < chunk::MAX_EVENTS
-                    && encoded.len() + chunk::encoded_len(frame) <= chunk::MAX_BYTES
-            });
-            if !fits {
-                flush(&mut open, &mut encoded)?;
+        for cut in cuts {
+            encoded.clear();
+            for (_, _, frame) in &pending[cut.range.clone()] {
+                chunk::push(&mut encoded, frame);
             }
-            chunk::push(&mut encoded, frame);
-            match &mut open {
-                Some((_, _, last, events)) => {
-                    *last = *seq;
-                    *events += 1;
-                }
-                None => open = Some((*stream, *seq, *seq, 1)),
-            }
+            statement.execute(params![
+                cut.stream.as_str(),
+                i64::try_from(cut.first).unwrap_or(i64::MAX),
+                i64::try_from(cut.last()).unwrap_or(i64::MAX),
+                &encoded[..]
+            ])?;
+            inserted += encoded.len() as u64 + 64;
         }
-        flush(&mut open, &mut encoded)?;
         self.inserted += inserted;
         // The buffer is kept for the next commit; one very large frame does not pin memory.
         if encoded.capacity() <= 2 * chunk::MAX_BYTES {
