@@ -374,28 +374,30 @@ impl Pipeline {
 /// after their frames joined its committed tail. The appends come from one store's
 /// committer; their bytes go back to its budget at once.
 pub(crate) fn report_committed(appends: impl IntoIterator<Item = Queued>) {
-    let mut run: Option<(Arc<Lane>, u64)> = None;
+    let mut run: Option<Arc<Lane>> = None;
+    let mut frames: Vec<(u64, Bytes, usize)> = Vec::new();
     let mut released = 0;
+    let finish = |lane: &Lane, frames: &mut Vec<(u64, Bytes, usize)>| {
+        if let Some(&(last, _, _)) = frames.last() {
+            lane.remember(frames.drain(..));
+            lane.committed(last);
+        }
+    };
     for mut append in appends {
         released += std::mem::take(&mut append.reserved);
-        append.lane.remember(
+        if let Some(lane) = run.take_if(|lane| !Arc::ptr_eq(lane, &append.lane)) {
+            finish(&lane, &mut frames);
+        }
+        run.get_or_insert_with(|| Arc::clone(&append.lane));
+        frames.push((
             append.id.seq,
             std::mem::take(&mut append.frame),
             append.message_at,
-        );
-        match &mut run {
-            Some((lane, seq)) if Arc::ptr_eq(lane, &append.lane) => *seq = append.id.seq,
-            _ => {
-                let next = (Arc::clone(&append.lane), append.id.seq);
-                if let Some((lane, seq)) = run.replace(next) {
-                    lane.committed(seq);
-                }
-            }
-        }
+        ));
     }
-    if let Some((lane, seq)) = run {
+    if let Some(lane) = run {
         lane.budget.add_permits(released);
-        lane.committed(seq);
+        finish(&lane, &mut frames);
     }
 }
 
@@ -405,30 +407,38 @@ impl Lane {
         &self.session
     }
 
-    /// Keeps committed frame `seq` in the tail, dropping the oldest past the bounds.
-    fn remember(&self, seq: u64, frame: Bytes, message_at: usize) {
+    /// Keeps committed frames (seq, frame, message offset; in seq order) in the tail,
+    /// dropping the oldest past the bounds.
+    fn remember(&self, frames: impl Iterator<Item = (u64, Bytes, usize)>) {
         let mut tail = guard(&self.tail);
-        if tail
-            .frames
-            .back()
-            .is_some_and(|&(last, _, _)| last + 1 != seq)
-        {
-            // Not the next seq (never, for an in-order committer): start again from here.
-            self.tails.fetch_sub(tail.bytes, Ordering::Relaxed);
-            tail.frames.clear();
-            tail.bytes = 0;
+        let mut added = 0;
+        for (seq, frame, message_at) in frames {
+            if tail
+                .frames
+                .back()
+                .is_some_and(|&(last, _, _)| last + 1 != seq)
+            {
+                // Not the next seq (never, for an in-order committer): start again here.
+                self.tails.fetch_sub(tail.bytes, Ordering::Relaxed);
+                tail.frames.clear();
+                tail.bytes = 0;
+            }
+            tail.bytes += frame.len();
+            added += frame.len();
+            tail.frames.push_back((seq, frame, message_at));
         }
-        tail.bytes += frame.len();
-        let mut all = self.tails.fetch_add(frame.len(), Ordering::Relaxed) + frame.len();
-        tail.frames.push_back((seq, frame, message_at));
+        let mut all = self.tails.fetch_add(added, Ordering::Relaxed) + added;
+        let mut dropped = 0;
         while tail.frames.len() > TAIL_EVENTS
             || (tail.bytes > TAIL_BYTES && all > TAIL_BUDGET && tail.frames.len() > 1)
         {
             if let Some((_, old, _)) = tail.frames.pop_front() {
                 tail.bytes -= old.len();
-                all = self.tails.fetch_sub(old.len(), Ordering::Relaxed) - old.len();
+                all -= old.len();
+                dropped += old.len();
             }
         }
+        self.tails.fetch_sub(dropped, Ordering::Relaxed);
     }
 
     /// The committed events of `owner`'s stream from seq `from` on, at most `limit`, from the
