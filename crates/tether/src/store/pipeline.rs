@@ -144,6 +144,9 @@ struct LaneState {
     complete: bool,
     /// Where the lane's frames are written.
     pages: frame::FramePages,
+    /// Frames handed over through [`Pipeline::append_to_lane`], in seq order, until the
+    /// committer takes them.
+    queued: Vec<Queued>,
 }
 
 /// Where the committer answers a completion handed to it by [`Pipeline::complete`].
@@ -182,6 +185,7 @@ impl Pipeline {
                 next_seq,
                 complete: false,
                 pages: frame::FramePages::default(),
+                queued: Vec::new(),
             }),
             durable: AtomicU64::new(next_seq),
             poisoned: AtomicBool::new(false),
@@ -229,7 +233,36 @@ impl Pipeline {
         send: impl FnOnce(Queued) -> Result<(), StoreError>,
     ) -> Option<Result<EventId, StoreError>> {
         let lane = self.lane(stream)?;
-        Some(self.append_on(&lane, message, max_frame, send).await)
+        Some(
+            self.append_on(&lane, message, max_frame, |_, queued| send(queued))
+                .await,
+        )
+    }
+
+    /// As [`append`](Self::append), but the frame waits in the lane's own queue, and `wake`
+    /// (which must not block) hands the committer the lane only when that queue was empty:
+    /// a fast stream costs the committer one message per batch it takes
+    /// ([`Lane::take_queued`]), not one per event.
+    pub(crate) async fn append_to_lane(
+        &self,
+        stream: StreamId,
+        message: &str,
+        max_frame: usize,
+        wake: impl FnOnce(Arc<Lane>) -> Result<(), StoreError>,
+    ) -> Option<Result<EventId, StoreError>> {
+        let lane = self.lane(stream)?;
+        let handoff = |state: &mut LaneState, queued: Queued| {
+            let first = state.queued.is_empty();
+            let lane = first.then(|| Arc::clone(&queued.lane));
+            state.queued.push(queued);
+            match lane {
+                Some(lane) => wake(lane).inspect_err(|_| {
+                    state.queued.pop();
+                }),
+                None => Ok(()),
+            }
+        };
+        Some(self.append_on(&lane, message, max_frame, handoff).await)
     }
 
     async fn append_on(
@@ -237,7 +270,7 @@ impl Pipeline {
         lane: &Arc<Lane>,
         message: &str,
         max_frame: usize,
-        send: impl FnOnce(Queued) -> Result<(), StoreError>,
+        send: impl FnOnce(&mut LaneState, Queued) -> Result<(), StoreError>,
     ) -> Result<EventId, StoreError> {
         // Reserved at the frame's longest; the unused rest is given back once it is built.
         let size = frame::message_frame_capacity(message);
@@ -274,13 +307,14 @@ impl Pipeline {
                     let reserved = frame.len().min(budget as usize);
                     permit.forget();
                     lane.budget.add_permits(budget as usize - reserved);
-                    send(Queued {
+                    let queued = Queued {
                         lane: Arc::clone(lane),
                         id,
                         frame,
                         message_at,
                         reserved,
-                    })?;
+                    };
+                    send(&mut state, queued)?;
                     state.next_seq += 1;
                     return Ok(id);
                 }
@@ -405,6 +439,12 @@ impl Lane {
     /// The session that owns the lane's stream.
     pub(crate) fn session(&self) -> &SessionId {
         &self.session
+    }
+
+    /// The frames [`Pipeline::append_to_lane`] queued on this lane since the last call, in
+    /// seq order.
+    pub(crate) fn take_queued(&self) -> Vec<Queued> {
+        std::mem::take(&mut guard(&self.state).queued)
     }
 
     /// Keeps committed frames (seq, frame, message offset; in seq order) in the tail,
@@ -593,6 +633,45 @@ mod tests {
             None,
             "a demoted lane's seqs are guesses"
         );
+    }
+
+    #[tokio::test]
+    async fn a_lane_queue_wakes_its_committer_once_per_batch() {
+        let pipeline = Pipeline::default();
+        let (stream, owner) = (StreamId::generate(), owner());
+        pipeline.open(stream, &owner, 1);
+        let wakes = std::cell::Cell::new(0);
+        let append = async |n| {
+            pipeline
+                .append_to_lane(stream, &message(n), usize::MAX, |_| {
+                    wakes.set(wakes.get() + 1);
+                    Ok(())
+                })
+                .await
+                .expect("a lane")
+                .expect("queued")
+        };
+        for n in 1..=3 {
+            assert_eq!(append(n).await.seq, n as u64);
+        }
+        assert_eq!(wakes.get(), 1, "woken when the queue was empty only");
+        let lane = pipeline.lane(stream).unwrap();
+        let taken = lane.take_queued();
+        let seqs: Vec<u64> = taken.iter().map(|q| q.id.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        append(4).await;
+        assert_eq!(wakes.get(), 2, "an emptied queue wakes again");
+        // A committer that is gone: the append fails and leaves nothing queued.
+        drop(lane.take_queued());
+        let refused = pipeline
+            .append_to_lane(stream, &message(5), usize::MAX, |_| {
+                Err(StoreError::Unavailable("closed".into()))
+            })
+            .await
+            .expect("a lane");
+        assert!(refused.is_err());
+        assert!(lane.take_queued().is_empty());
+        report_committed(taken);
     }
 
     #[tokio::test]

@@ -32,8 +32,11 @@
 //! Every write (append, create, complete, removal, session changes) is a command sent to one
 //! writer thread owning the read-write connection. The thread takes every command waiting,
 //! applies them all in one transaction, commits, wakes waiters, and only then answers each
-//! caller: an append returns only once its transaction committed (invariant 2), and many
-//! concurrent appends share one commit, so throughput does not fall to one sync per event.
+//! caller. An append to a stream this store created is pipelined (`store/pipeline.rs`): it
+//! returns once queued, and its lane's watermark moves after the commit; other appends
+//! return only once their transaction committed. Either way many appends share one commit,
+//! so throughput does not fall to one sync per event, and nothing is readable before it is
+//! committed.
 //! The thread keeps a mirror of each stream's and session's counters, so appends and cap
 //! checks need no reads. Between batches (and when idle) it deletes completed streams past
 //! retention, a bounded number at a time, leaving tombstones, then returns a bounded number
@@ -43,9 +46,13 @@
 //!
 //! # Reads
 //!
-//! Reads run on `spawn_blocking` with read-only connections from a small pool; WAL lets them
-//! run beside the writer. A read checks retention itself, so a stream past retention reads as
-//! `Expired` even before the writer has deleted it.
+//! A live reader of a stream this store created is answered from the stream's committed
+//! tail (`store/pipeline.rs`) when the tail holds its cursor and nothing before the cursor
+//! was evicted. Other reads run on `spawn_blocking` with read-only connections from a pool of
+//! `MAX_READERS` (8), at most that many at once; WAL lets them run beside the writer. A read
+//! checks retention itself, so a stream past retention reads as `Expired` even before the
+//! writer has deleted it. Session records are answered from the writer's in-memory copy of
+//! what it committed (this process is the file's only writer).
 //!
 //! [`MemoryEventStore`]: super::MemoryEventStore
 
@@ -682,11 +689,11 @@ impl EventStore for SqliteEventStore {
         let inner = &*self.inner;
         let queued = inner
             .pipeline
-            .append(
+            .append_to_lane(
                 stream,
                 message,
                 inner.config.max_bytes_per_session,
-                |queued| inner.send(Command::Queued(queued)),
+                |lane| inner.send(Command::Queued(lane)),
             )
             .await;
         if let Some(result) = queued {
@@ -995,8 +1002,9 @@ enum Command {
         message: String,
         reply: Reply<EventId>,
     },
-    /// A pipelined append: answered through its lane after the commit.
-    Queued(Queued),
+    /// A lane with pipelined appends queued on it (`Pipeline::append_to_lane`): the writer
+    /// takes them all; they are answered through the lane after the commit.
+    Queued(Arc<Lane>),
     Complete {
         stream: StreamId,
         /// The stream's lane, for a pipelined stream: a completion after a failed commit on
@@ -1035,7 +1043,12 @@ impl Command {
     fn refuse(self, error: &StoreError) {
         let error = error.clone();
         match self {
-            Self::Queued(queued) => queued.lane.fail(&error),
+            Self::Queued(lane) => {
+                // Dropped after the lane failed, so none of them is ever readable.
+                let queued = lane.take_queued();
+                lane.fail(&error);
+                drop(queued);
+            }
             Self::CreateStream { reply, .. } => drop(reply.send(Err(error))),
             Self::Append { reply, .. } => drop(reply.send(Err(error))),
             Self::Complete { reply, .. }
@@ -1056,10 +1069,9 @@ type Respond = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 enum Answer {
     /// A caller waiting for its command's result.
     Reply(Respond),
-    /// A pipelined append stored in this transaction, reported to its lane.
-    Queued(Queued),
-    /// Nothing to tell (a pipelined append dropped: see [`Writer::apply_queued`]).
-    Nothing,
+    /// Pipelined appends of one lane stored in this transaction, reported to it (those
+    /// dropped are not among them: see [`Writer::apply_queued`]).
+    Queued(Vec<Queued>),
 }
 
 fn answer<T: Send + 'static>(reply: Reply<T>, result: Result<T, StoreError>) -> Answer {
@@ -1198,10 +1210,13 @@ impl Writer {
             match answer {
                 Answer::Reply(answer) => answer(failed.as_ref()),
                 Answer::Queued(queued) => match &failed {
-                    Some(error) => queued.lane.fail(error),
-                    None => committed.push(queued),
+                    Some(error) => {
+                        if let Some(first) = queued.first() {
+                            first.lane.fail(error);
+                        }
+                    }
+                    None => committed.extend(queued),
                 },
-                Answer::Nothing => {}
             }
         }
         pipeline::report_committed(committed);
@@ -1453,14 +1468,21 @@ impl Writer {
                 let result = self.append(stream, &message)?;
                 answer(reply, result)
             }
-            Command::Queued(queued) => match self.apply_queued(&queued) {
-                Ok(true) => Answer::Queued(queued),
-                Ok(false) => Answer::Nothing,
-                Err(error) => {
-                    queued.lane.fail(&unavailable(&error));
-                    return Err(error);
+            Command::Queued(lane) => {
+                let queued = lane.take_queued();
+                let mut stored = Vec::with_capacity(queued.len());
+                for append in queued {
+                    match self.apply_queued(&append) {
+                        Ok(true) => stored.push(append),
+                        Ok(false) => {}
+                        Err(error) => {
+                            lane.fail(&unavailable(&error));
+                            return Err(error);
+                        }
+                    }
                 }
-            },
+                Answer::Queued(stored)
+            }
             Command::Complete {
                 stream,
                 lane,
