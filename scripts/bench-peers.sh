@@ -7,7 +7,8 @@
 #   N=20000 C=20 scripts/bench-peers.sh
 #   BEFORE=/tmp/before/target/release/tether scripts/bench-peers.sh   # before/after
 #
-# Targets, each on 127.0.0.1 with the `count` tool of docs/CONTRACTS.md:
+# Targets, each on 127.0.0.1 with the same `count` tool (n progress notifications, then the
+# text result `counted n`):
 #   sqlite   `tether serve --store sqlite:FILE` (the default store, FILE in a temporary
 #            directory, default durability), release build, session and event caps raised
 #   sqlite_full  the same with `--durability full` (throughput only)
@@ -305,7 +306,7 @@ async fn main() {
 }
 RUST_EOF
 put $peers/gateway-count/count_child.py <<'PY_EOF'
-"""A minimal stdio MCP server with `count {n}` (docs/CONTRACTS.md) for scripts/bench-peers.sh:
+"""A minimal stdio MCP server with `count {n}` for scripts/bench-peers.sh:
 n progress lines for the call's progressToken, written in large blocks, then `counted n`."""
 import json
 import sys
