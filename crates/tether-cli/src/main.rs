@@ -1,8 +1,8 @@
 //! The `tether` command: a thin layer over the `tether` library.
 //!
 //! `main` parses arguments, sets up logging (stderr, `RUST_LOG`) and maps the outcome to the
-//! exit codes that `CONTRACTS.md` pins: 0 success, 2 usage error (including features that have
-//! not landed yet), 1 any other failure; `call` returns its own codes (3 transport failure,
+//! exit codes that `CONTRACTS.md` pins: 0 success, 2 usage error (including a flag value clap
+//! cannot check), 1 any other failure; `call` returns its own codes (3 transport failure,
 //! 4 session expired). Each subcommand lives in its own module and calls the library.
 
 mod call;
@@ -42,8 +42,8 @@ enum Command {
     ConformanceClient(conformance_client::ConformanceClientArgs),
 }
 
-/// A usage error found after parsing (a flag whose feature has not landed, a value clap cannot
-/// check): printed like any error, but exits with [`EXIT_USAGE`] as clap's own errors do.
+/// A usage error found after parsing (a flag combination or value clap cannot check): printed
+/// like any error, but exits with [`EXIT_USAGE`] as clap's own errors do.
 #[derive(Debug)]
 pub(crate) struct UsageError(pub(crate) String);
 

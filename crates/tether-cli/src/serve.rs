@@ -1,4 +1,4 @@
-//! `tether serve`: the built-in demo server (or, later, a gateway to a stdio server) over
+//! `tether serve`: the built-in demo server, or a gateway to a stdio server (`-- CMD`), over
 //! resumable Streamable HTTP.
 //!
 //! This module turns the flags CONTRACTS.md pins (`tether serve`) into a

@@ -1,8 +1,9 @@
 //! The sans-IO core of MCP Streamable HTTP.
 //!
 //! Everything here is pure: no sockets, no clock, no async runtime. Time is passed in as
-//! [`std::time::Instant`] values and randomness through an injected source, so the logic is
-//! tested with virtual time and replayed exactly. The I/O layers in the `tether` crate are thin
+//! [`std::time::Instant`] values and the randomness decisions use (backoff jitter) through an
+//! injected source, so the logic is tested with virtual time and replayed exactly; generated
+//! ids alone take their 128 bits from the operating system's CSPRNG. The I/O layers in the `tether` crate are thin
 //! drivers around these types.
 //!
 //! - [`jsonrpc`]: JSON-RPC 2.0 messages as MCP uses them, with error classification.

@@ -82,7 +82,9 @@ impl Default for ReconnectConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StreamKind {
     /// The SSE response to a POST. Finished once its final response has been taken (T85);
-    /// resumable only by GET with an event id seen on it (T80), never by re-POSTing.
+    /// resumed by GET with an event id seen on it (T80); before any id arrived, its request
+    /// is sent again only where the caller allowed it
+    /// ([`Reconnect::resend_before_first_id`]).
     Post,
     /// The standalone GET stream. Never finished by the server (T27: it carries no
     /// responses); reopened without `Last-Event-ID` if no id was ever seen.

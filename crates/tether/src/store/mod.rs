@@ -295,7 +295,7 @@ pub struct SessionRecord {
     pub standalone: StreamId,
 }
 
-/// Where sessions live. In memory now; the durable stores implement it so that sessions
+/// Where sessions live: in memory, or in the durable stores, so that sessions
 /// survive a restart (SQLite) or are shared by nodes (Redis).
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {
