@@ -38,6 +38,7 @@
 mod chunk;
 mod frame;
 pub mod memory;
+#[cfg(any(feature = "sqlite", feature = "redis"))]
 pub(crate) mod pipeline;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -59,6 +60,7 @@ pub use self::redis::{
     RedisEventStore, RedisOpenError, RedisRelay, RedisSessionStore, RedisStoreConfig,
 };
 pub use memory::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
+#[cfg(any(feature = "sqlite", feature = "redis"))]
 pub use pipeline::{QUEUED_BYTES as PIPELINE_QUEUED_BYTES, WINDOW as PIPELINE_WINDOW};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{
