@@ -445,6 +445,13 @@ impl Lane {
         &self.session
     }
 
+    /// Keeps frame `seq`, committed by the backend itself (a stream's priming event, stored
+    /// with the stream), in the tail.
+    pub(crate) fn remember_committed(&self, seq: u64, frame: Bytes) {
+        let message_at = frame::message_start(&frame);
+        self.remember(std::iter::once((seq, frame, message_at)));
+    }
+
     /// The frames [`Pipeline::append_to_lane`] queued on this lane since the last call, in
     /// seq order.
     pub(crate) fn take_queued(&self) -> Vec<Queued> {

@@ -678,6 +678,11 @@ impl EventStore for SqliteEventStore {
             })
             .await?;
         self.inner.pipeline.open(stream, owner, 1);
+        if let Some(lane) = self.inner.pipeline.lane(stream) {
+            // The same bytes the writer stored (committed before the lane opened), so the
+            // stream's first read, from its start, is answered from the tail too.
+            lane.remember_committed(EventId::PRIMING_SEQ, frame::priming_frame(stream, retry));
+        }
         Ok(stream)
     }
 
@@ -767,6 +772,15 @@ impl EventStore for SqliteEventStore {
         stream: StreamId,
         limit: usize,
     ) -> Result<ReadBatch, StoreError> {
+        if let Some(events) = self
+            .inner
+            .read_tail(owner, stream, EventId::PRIMING_SEQ, limit)
+        {
+            return Ok(ReadBatch {
+                events,
+                complete: false,
+            });
+        }
         let owner = owner.clone();
         self.inner
             .read(move |conn, config| {
