@@ -642,15 +642,15 @@ impl Inner {
             let frames = &appends[cut.range.clone()];
             let mut encoded =
                 Vec::with_capacity(frames.iter().map(|a| chunk::encoded_len(&a.frame)).sum());
-            let mut lens = String::new();
+            let (mut lens, mut bytes) = (String::new(), 0);
             for append in frames {
                 chunk::push(&mut encoded, &append.frame);
                 if !lens.is_empty() {
                     lens.push(',');
                 }
                 lens.push_str(itoa::Buffer::new().format(append.frame.len()));
+                bytes += append.frame.len();
             }
-            let bytes: usize = frames.iter().map(|a| a.frame.len()).sum();
             args.push(cut.stream.as_str().as_bytes().to_vec());
             args.push(cut.first.to_string().into_bytes());
             args.push(frames.len().to_string().into_bytes());
@@ -1086,6 +1086,7 @@ impl EventStore for RedisEventStore {
         match reply.status.as_str() {
             "ok" => {
                 inner.remember_next_seq(stream, 1);
+                // Redis reports commits to the lane itself; its tail stays empty.
                 inner.pipeline.open(stream, owner, 1);
                 Ok(stream)
             }

@@ -656,6 +656,30 @@ impl SqliteEventStore {
     }
 }
 
+impl SqliteEventStore {
+    /// Reads `stream` from seq `from` on (`None`: past any seq): from the committed tail when
+    /// it can answer, else from the file.
+    async fn read_from(
+        &self,
+        owner: &StreamOwner,
+        stream: StreamId,
+        from: Option<u64>,
+        limit: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        if let Some(events) = from.and_then(|from| self.inner.read_tail(owner, stream, from, limit))
+        {
+            return Ok(ReadBatch {
+                events,
+                complete: false,
+            });
+        }
+        let owner = owner.clone();
+        self.inner
+            .read(move |conn, config| read(conn, config, &owner, stream, from, limit))
+            .await
+    }
+}
+
 #[async_trait]
 impl EventStore for SqliteEventStore {
     async fn create_stream(
@@ -677,12 +701,12 @@ impl EventStore for SqliteEventStore {
                 reply,
             })
             .await?;
-        self.inner.pipeline.open(stream, owner, 1);
-        if let Some(lane) = self.inner.pipeline.lane(stream) {
-            // The same bytes the writer stored (committed before the lane opened), so the
-            // stream's first read, from its start, is answered from the tail too.
-            lane.remember_committed(EventId::PRIMING_SEQ, frame::priming_frame(stream, retry));
-        }
+        // The same bytes the writer stored (committed before the lane opened), so the stream's
+        // first read, from its start, is answered from the tail too.
+        self.inner
+            .pipeline
+            .open(stream, owner, 1)
+            .remember_committed(EventId::PRIMING_SEQ, frame::priming_frame(stream, retry));
         Ok(stream)
     }
 
@@ -749,20 +773,7 @@ impl EventStore for SqliteEventStore {
         after: u64,
         limit: usize,
     ) -> Result<ReadBatch, StoreError> {
-        if let Some(events) = after
-            .checked_add(1)
-            .and_then(|from| self.inner.read_tail(owner, stream, from, limit))
-        {
-            return Ok(ReadBatch {
-                events,
-                complete: false,
-            });
-        }
-        let owner = owner.clone();
-        self.inner
-            .read(move |conn, config| {
-                read(conn, config, &owner, stream, after.checked_add(1), limit)
-            })
+        self.read_from(owner, stream, after.checked_add(1), limit)
             .await
     }
 
@@ -772,27 +783,7 @@ impl EventStore for SqliteEventStore {
         stream: StreamId,
         limit: usize,
     ) -> Result<ReadBatch, StoreError> {
-        if let Some(events) = self
-            .inner
-            .read_tail(owner, stream, EventId::PRIMING_SEQ, limit)
-        {
-            return Ok(ReadBatch {
-                events,
-                complete: false,
-            });
-        }
-        let owner = owner.clone();
-        self.inner
-            .read(move |conn, config| {
-                read(
-                    conn,
-                    config,
-                    &owner,
-                    stream,
-                    Some(EventId::PRIMING_SEQ),
-                    limit,
-                )
-            })
+        self.read_from(owner, stream, Some(EventId::PRIMING_SEQ), limit)
             .await
     }
 
