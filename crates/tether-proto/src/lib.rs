@@ -12,10 +12,15 @@
 //! - [`ids`]: session, stream and event ids (`<stream>:<seq>`).
 //! - [`backoff`]: exponential backoff with full jitter, `retry`, `Retry-After` and budgets.
 //! - [`reconnect`]: the per-stream reconnect state machine.
+//! - [`sse_writer`]: the server's SSE writer decisions (priming, `retry`, polling closes,
+//!   keep-alives, completion), per connection.
+//! - [`logging`]: MCP's log levels.
 
 pub mod backoff;
 pub mod headers;
 pub mod ids;
 pub mod jsonrpc;
+pub mod logging;
 pub mod reconnect;
+pub mod sse_writer;
 pub mod version;

@@ -3,7 +3,7 @@
 //!
 //! The transport keys version-dependent behaviour off one negotiated [`ProtocolVersion`] and
 //! the predicates on it ([`ProtocolVersion::allows_batches`] and friends), never off string
-//! comparisons scattered through the server and client (DESIGN.md, "Protocol scope").
+//! comparisons scattered through the server and client (docs/DESIGN.md#protocol-scope).
 //!
 //! Not here: where the negotiated version is stored (the session), the `initialize` message
 //! itself ([`crate::jsonrpc`]), and the 400 body built from [`UnsupportedVersion`] (the
@@ -37,7 +37,7 @@ pub enum ProtocolVersion {
 
 impl ProtocolVersion {
     /// Every supported version, oldest first; also the `data.supported` list of the 400 for an
-    /// unsupported `MCP-Protocol-Version` (CONTRACTS.md).
+    /// unsupported `MCP-Protocol-Version` (docs/CONTRACTS.md#status-table).
     pub const SUPPORTED: [Self; 3] = [Self::V2025_03_26, Self::V2025_06_18, Self::V2025_11_25];
 
     /// The newest supported version: what the server offers when the client's is unsupported.
@@ -81,9 +81,18 @@ impl ProtocolVersion {
     /// From 2025-11-25 ("The server SHOULD immediately send an SSE event consisting of an event
     /// ID and an empty data field"). Older clients JSON-parse every event and break on empty
     /// data (go-sdk #768), so the session's negotiated version decides, not a later request's
-    /// header (T71, T72; CONTRACTS.md).
+    /// header (T71, T72; docs/CONTRACTS.md#negotiated-version).
     #[must_use]
     pub const fn sends_priming_events(self) -> bool {
+        matches!(self, Self::V2025_11_25)
+    }
+
+    /// Whether the server may close an SSE connection before its stream ends and expect the
+    /// client to come back with `Last-Event-ID` after the `retry` it sent (SEP-1699
+    /// "polling", T74). From 2025-11-25, the version that also primes streams: a client of an
+    /// older version is not expected to reconnect to a POST stream closed before its response.
+    #[must_use]
+    pub const fn allows_polling(self) -> bool {
         matches!(self, Self::V2025_11_25)
     }
 
@@ -117,7 +126,8 @@ impl FromStr for ProtocolVersion {
 /// supported (2026-07-28).
 ///
 /// The server answers 400 with `data.supported` = [`ProtocolVersion::SUPPORTED`]
-/// (CONTRACTS.md); the offending value is not kept, so it cannot be echoed back to a client.
+/// (docs/CONTRACTS.md#status-table); the offending value is not kept, so it cannot be echoed back
+/// to a client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("unsupported protocol version")]
 #[non_exhaustive]
@@ -133,15 +143,16 @@ impl UnsupportedVersion {
 
 /// The version the server answers an `initialize` with.
 ///
-/// MCP lifecycle (spec digest §3.4): the client's requested version if the server supports it,
-/// otherwise another version the server supports, which "SHOULD be its latest". A client that
-/// cannot speak the answer disconnects; that is its decision, not ours.
+/// MCP lifecycle (docs/PROTOCOL.md#initialize): the client's requested version if the server
+/// supports it, otherwise another version the server supports, which "SHOULD be its latest". A
+/// client that cannot speak the answer disconnects; that is its decision, not ours.
 #[must_use]
 pub fn negotiate(requested: &str) -> ProtocolVersion {
     ProtocolVersion::parse(requested).unwrap_or(ProtocolVersion::LATEST)
 }
 
-/// Checks a request's `MCP-Protocol-Version` header (CONTRACTS.md, T51, T52).
+/// Checks a request's `MCP-Protocol-Version` header (docs/CONTRACTS.md#negotiated-version, T51,
+/// T52).
 ///
 /// - Missing: `Ok(None)`. It counts as 2025-03-26 only for deciding whether it is supported,
 ///   which it is, so the request proceeds under the session's version.
@@ -151,8 +162,8 @@ pub fn negotiate(requested: &str) -> ProtocolVersion {
 /// - Anything else (including an empty value): `Err`, which the server answers with 400.
 ///
 /// `header` is the field value; surrounding spaces and tabs are ignored, as RFC 9110 §5.5
-/// excludes them from a field value. On `initialize` the header is optional (spec digest §6.1
-/// item 9) and negotiation uses the body's `protocolVersion` via [`negotiate`].
+/// excludes them from a field value. On `initialize` the header is optional
+/// (docs/PROTOCOL.md#open-9) and negotiation uses the body's `protocolVersion` via [`negotiate`].
 pub fn check_header(header: Option<&str>) -> Result<Option<ProtocolVersion>, UnsupportedVersion> {
     match header {
         None => Ok(None),
