@@ -5,13 +5,14 @@
 //! nothing (401 with `WWW-Authenticate: Bearer` and a JSON-RPC error body, from
 //! [`ServerError::Unauthorized`](super::ServerError::Unauthorized)). The principal it yields
 //! is recorded on the sessions it creates and on their streams: a session, or an event id,
-//! presented by another principal is answered exactly like an unknown one (CONTRACTS.md).
-//! Without an authenticator every request is [`ANONYMOUS_PRINCIPAL`]'s.
+//! presented by another principal is answered exactly like an unknown one
+//! (docs/CONTRACTS.md#status-table). Without an authenticator every request is
+//! [`ANONYMOUS_PRINCIPAL`]'s.
 //!
-//! [`BearerTokens`] reads the token file format of CONTRACTS.md and compares tokens in
-//! constant time, checking every configured token whatever matched, so neither the time taken
-//! nor the order of the file tells which prefix of a guess was right. (A token's length is not
-//! hidden; tokens should be long random strings, where that says nothing.)
+//! [`BearerTokens`] reads the token file format of docs/CONTRACTS.md#tether-serve and compares
+//! tokens in constant time, checking every configured token whatever matched, so neither the time
+//! taken nor the order of the file tells which prefix of a guess was right. (A token's length is
+//! not hidden; tokens should be long random strings, where that says nothing.)
 
 use std::path::Path;
 use std::sync::Arc;
@@ -71,8 +72,8 @@ pub enum TokenFileError {
 }
 
 impl BearerTokens {
-    /// Tokens from the text of a token file (CONTRACTS.md): one per line, either `TOKEN`
-    /// (principal [`ANONYMOUS_PRINCIPAL`]) or `PRINCIPAL:TOKEN` (split at the first `:`).
+    /// Tokens from the text of a token file (docs/CONTRACTS.md#tether-serve): one per line, either
+    /// `TOKEN` (principal [`ANONYMOUS_PRINCIPAL`]) or `PRINCIPAL:TOKEN` (split at the first `:`).
     /// Blank lines and lines starting with `#` are skipped; surrounding whitespace is trimmed.
     ///
     /// # Errors

@@ -1,5 +1,5 @@
 //! What a [`Handler`](super::handler::Handler) can do while it runs: the request and session
-//! contexts, log levels, and the errors of emitting.
+//! contexts and the errors of emitting (log levels are `tether_proto::logging`'s).
 //!
 //! A [`RequestContext`] belongs to one client request. Everything it emits — progress,
 //! notifications, log messages, server→client requests — is *related* to that request and is
@@ -13,16 +13,15 @@
 //! one", the JSON-RPC framing (`tether_proto::jsonrpc`) or the store.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tether_proto::ids::{SessionId, StreamId};
 use tether_proto::jsonrpc::{
     ErrorObject, Message, Notification, ProgressToken, Request, RequestId, Response,
 };
+use tether_proto::logging::LogLevel;
 use tether_proto::version::ProtocolVersion;
 use tokio_util::sync::CancellationToken;
 
@@ -31,95 +30,6 @@ use crate::store::StoreError;
 
 /// The method of log message notifications (MCP `logging`).
 const LOG_NOTIFICATION: &str = "notifications/message";
-
-/// A log message's severity (MCP `logging`, the RFC 5424 levels), ordered from least to most
-/// severe so that `level >= minimum` filters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[repr(u8)]
-pub enum LogLevel {
-    /// Detailed debugging information.
-    Debug = 0,
-    /// General informational messages.
-    Info = 1,
-    /// Normal but significant events.
-    Notice = 2,
-    /// Warning conditions.
-    Warning = 3,
-    /// Error conditions.
-    Error = 4,
-    /// Critical conditions.
-    Critical = 5,
-    /// Action must be taken immediately.
-    Alert = 6,
-    /// The system is unusable.
-    Emergency = 7,
-}
-
-impl LogLevel {
-    /// Every level, least severe first.
-    pub const ALL: [Self; 8] = [
-        Self::Debug,
-        Self::Info,
-        Self::Notice,
-        Self::Warning,
-        Self::Error,
-        Self::Critical,
-        Self::Alert,
-        Self::Emergency,
-    ];
-
-    /// The minimum level of a session before the client sends `logging/setLevel`: everything
-    /// is sent, as the TypeScript and Python SDK servers do; MCP leaves the default to the
-    /// server, and a client that wants less says so.
-    pub const DEFAULT: Self = Self::Debug;
-
-    /// The level's MCP spelling, e.g. `"warning"`.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Debug => "debug",
-            Self::Info => "info",
-            Self::Notice => "notice",
-            Self::Warning => "warning",
-            Self::Error => "error",
-            Self::Critical => "critical",
-            Self::Alert => "alert",
-            Self::Emergency => "emergency",
-        }
-    }
-
-    pub(crate) fn from_u8(value: u8) -> Self {
-        Self::ALL
-            .get(usize::from(value))
-            .copied()
-            .unwrap_or(Self::DEFAULT)
-    }
-}
-
-impl fmt::Display for LogLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A string that is not one of MCP's eight log levels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("unknown log level")]
-#[non_exhaustive]
-pub struct UnknownLogLevel;
-
-impl FromStr for LogLevel {
-    type Err = UnknownLogLevel;
-
-    /// Parses the MCP spelling exactly (lowercase, as the schema's enum has it).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|level| level.as_str() == s)
-            .ok_or(UnknownLogLevel)
-    }
-}
 
 /// Why a context could not emit or get an answer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -408,7 +318,7 @@ impl RequestContext {
     /// response.
     pub fn close_connection(&self, retry: Option<Duration>) -> bool {
         let runtime = &self.inner.session.runtime;
-        if !super::writer::polls(runtime) || self.inner.stream == runtime.standalone() {
+        if !runtime.version().allows_polling() || self.inner.stream == runtime.standalone() {
             return false;
         }
         runtime.request_close(self.inner.stream, retry)

@@ -37,9 +37,9 @@ use tokio::task::JoinSet;
 use tracing::Instrument as _;
 
 use super::context::{RequestContext, SessionContext};
-use super::endpoint::Shared;
 use super::error::ServerError;
 use super::session::{InFlightSlot, SessionRuntime};
+use super::state::ServerState;
 use crate::store::{StoreError, StreamKind};
 
 /// A cancelled handler gets this long to notice (`RequestContext::cancelled`) and return
@@ -98,7 +98,7 @@ pub(crate) enum Recipient {
 
 /// Handles the messages of one accepted POST (the session is known and valid).
 pub(crate) async fn post(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     messages: Vec<Message>,
     accept: Option<&str>,
@@ -178,7 +178,7 @@ pub(crate) async fn post(
 }
 
 /// A response or notification from the client.
-async fn handle_other(shared: &Arc<Shared>, runtime: &Arc<SessionRuntime>, message: Message) {
+async fn handle_other(shared: &Arc<ServerState>, runtime: &Arc<SessionRuntime>, message: Message) {
     match message {
         Message::Response(response) => {
             if !runtime.deliver_response(response) {
@@ -193,7 +193,7 @@ async fn handle_other(shared: &Arc<Shared>, runtime: &Arc<SessionRuntime>, messa
 }
 
 async fn handle_notification(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     notification: Notification,
 ) {
@@ -221,7 +221,7 @@ async fn handle_notification(
 /// the stream too, unless `related` names another stream. `single` is the fingerprint of the
 /// POST's only request, remembered with the stream so that it can be sent again.
 async fn answer_sse(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     jobs: Vec<Job>,
     related: Option<StreamId>,
@@ -280,7 +280,7 @@ fn fingerprint(request: &Request) -> u64 {
 /// gets an error response on a stream of its own saying so (-32600, `data.reason`
 /// `"answer_expired"`) rather than running a second time.
 async fn reattach(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     request: &Request,
     stream: StreamId,
@@ -319,7 +319,7 @@ async fn reattach(
 /// Runs a POST's requests, with their related messages going to `related`, appends each
 /// final response to `stream` as it is ready, then completes the stream.
 async fn drive_stream(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     runtime: Arc<SessionRuntime>,
     stream: StreamId,
     related: StreamId,
@@ -401,7 +401,7 @@ where
 /// JSON answer: the responses as the body (an array for a batch); related messages went to
 /// the standalone stream.
 async fn answer_json(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     jobs: Vec<Job>,
     is_batch: bool,
@@ -448,7 +448,7 @@ pub(crate) fn json_body(responses: &[RpcResponse], is_batch: bool) -> Option<Vec
 /// Runs one request to its final response; `None` when it was cancelled (no response is
 /// sent, MCP cancellation). Related messages go to `related`.
 async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     runtime: Arc<SessionRuntime>,
     job: Job,
     related: StreamId,

@@ -1,5 +1,5 @@
-//! The HTTP endpoint: POST, GET and DELETE on the MCP path, `GET /healthz`, and the server
-//! state they share.
+//! The HTTP endpoint: every axum handler of the server — POST, GET and DELETE on the MCP
+//! path, `GET /healthz`, `GET /metrics` — and the layer that counts answers.
 //!
 //! This module owns request validation, in a fixed order so that one request always gets the
 //! same answer: `Host`/`Origin` (403) first on every method, then authentication (401, see
@@ -12,23 +12,22 @@
 //! one. It also owns the session lifecycle: `initialize` creates the session record and its
 //! standalone stream, DELETE and idle expiry end it. Every refusal is a [`ServerError`]. What
 //! happens to the messages of an accepted POST is [`super::dispatch`]'s; how streams reach
-//! the wire is [`super::writer`]'s.
+//! the wire is [`super::writer`]'s; the sessions themselves are [`super::state`]'s.
 //!
 //! Decisions where the spec leaves room (recorded here, and in docs/ARCHITECTURE.md by the
 //! team):
 //!
 //! - `initialize` never needs `Mcp-Session-Id` (T39); sent without one, its
-//!   `MCP-Protocol-Version` header is not checked (negotiation uses the body, spec digest §6.1
-//!   item 9). An `initialize` sent *with* a live session's id starts a new session; a stale id
-//!   gets the usual 404, after which the client re-initializes without it (S-SES-4).
-//! - `Accept` is checked only when the answer has a body, leniently (§6.1 item 10): the
+//!   `MCP-Protocol-Version` header is not checked (negotiation uses the body,
+//!   docs/PROTOCOL.md#open-9). An `initialize` sent *with* a live session's id starts a new
+//!   session; a stale id gets the usual 404, after which the client re-initializes without it
+//!   (S-SES-4).
+//! - `Accept` is checked only when the answer has a body, leniently (docs/PROTOCOL.md#open-10): the
 //!   configured kind (SSE, or JSON with `json_response`) if acceptable, else the other kind if
 //!   that is, else 406.
 //! - Error bodies carry `"id": null` (a transport refusal answers no particular request).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -48,424 +47,73 @@ use tether_proto::jsonrpc::{
     Batching, Body as RpcBody, Message, Request as RpcRequest, Response as RpcResponse, parse_body,
 };
 use tether_proto::version::{ProtocolVersion, check_header, negotiate};
-use tokio_util::sync::CancellationToken;
 
-use super::ServerConfig;
-use super::auth::Authenticator;
+use super::background;
 use super::context::SessionContext;
-use super::dispatch::{self, Answer, Recipient};
+use super::dispatch::{self, Recipient};
 use super::error::{ResumeRefusal, ServerError};
-use super::handler::Handler;
 use super::handoff;
-use super::metrics::{MeteredEvents, Metrics, ResumeOutcome};
+use super::metrics::{OPENMETRICS, ResponseLabels, ResumeOutcome};
 use super::origin::{host_allowed, origin_allowed};
+use super::reply::{self, json_response};
 use super::session::SessionRuntime;
-use super::writer::{Pacing, READ_BATCH, Start, Writer};
-use crate::lock;
-use crate::store::relay::{Relay, SessionHome};
-use crate::store::{
-    ANONYMOUS_PRINCIPAL, EventStore, ReadBatch, SessionRecord, SessionStore, StoreError,
-    StreamKind, StreamOwner,
-};
+use super::state::ServerState;
+use super::writer::{READ_BATCH, Start};
+use crate::store::relay::SessionHome;
+use crate::store::{ReadBatch, SessionRecord, SessionUsage, StoreError, StreamKind};
 
-/// The sweeper looks for idle sessions this often relative to `session_idle`, so a session
-/// ends at most a quarter past its idle time.
-const SWEEPS_PER_IDLE_PERIOD: u32 = 4;
+// ---------------------------------------------------------------------------------------------
+// Checks shared by the methods
 
-/// How often the server asks its store for streams orphaned by another process (a dead node
-/// of a shared store): a small fraction of a node lease, and a cheap call for every store.
-const ORPHAN_POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// Lower bound of the sweep period: short idle times (tests) must not spin the sweeper.
-const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(10);
-/// Upper bound of the sweep period: with the default 30-minute idle time, expired sessions'
-/// memory is reclaimed within half a minute.
-const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
-
-/// Everything the endpoint's handlers share: configuration, handler, stores, and the
-/// sessions this node has runtime state for.
-pub(crate) struct Shared {
-    pub(crate) config: ServerConfig,
-    pub(crate) handler: Arc<dyn Handler>,
-    pub(crate) events: Arc<dyn EventStore>,
-    pub(crate) sessions: Arc<dyn SessionStore>,
-    pub(crate) node_id: HeaderValue,
-    /// How this node reaches the other nodes of a shared store, if it shares one.
-    pub(crate) relay: OnceLock<Arc<dyn Relay>>,
-    /// What operators see (`/metrics`).
-    pub(crate) metrics: Arc<Metrics>,
-    /// Who requests come from; without one, everyone is [`ANONYMOUS_PRINCIPAL`].
-    pub(crate) authenticator: OnceLock<Arc<dyn Authenticator>>,
-    /// Cancelled when `serve` is told to shut down: writer loops send `retry` and end.
-    pub(crate) shutdown: CancellationToken,
-    runtimes: Mutex<HashMap<SessionId, Arc<SessionRuntime>>>,
-    /// Serializes session creation so that `max_sessions` is a hard bound (count, then
-    /// insert, without another initialize in between).
-    create_lock: tokio::sync::Mutex<()>,
-    sweeper_started: AtomicBool,
-    /// Background work of the stores that needs a runtime (the memory store's retention
-    /// sweeper), started together with the session sweeper.
-    store_tasks: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+/// DNS-rebinding protection, first on every method (see [`super::origin`]).
+fn check_host_origin(state: &ServerState, parts: &Parts) -> Result<(), ServerError> {
+    let host = match parts.headers.get(header::HOST) {
+        Some(value) => value.to_str().ok(),
+        // HTTP/2 carries the host in `:authority`, which hyper puts in the URI.
+        None => parts.uri.authority().map(http::uri::Authority::as_str),
+    };
+    if !host_allowed(host, &state.config.allowed_hosts) {
+        return Err(ServerError::ForbiddenHost);
+    }
+    let origin = match parts.headers.get(header::ORIGIN) {
+        None => None,
+        Some(value) => Some(value.to_str().map_err(|_| ServerError::ForbiddenOrigin)?),
+    };
+    if !origin_allowed(origin, &state.config.allowed_origins) {
+        return Err(ServerError::ForbiddenOrigin);
+    }
+    Ok(())
 }
 
-impl Shared {
-    pub(crate) fn new(
-        config: ServerConfig,
-        handler: Arc<dyn Handler>,
-        events: Arc<dyn EventStore>,
-        sessions: Arc<dyn SessionStore>,
-        node_id: HeaderValue,
-    ) -> Self {
-        let metrics = Arc::new(Metrics::default());
-        // Every append, whichever path makes it, is counted.
-        let events = Arc::new(MeteredEvents {
-            inner: events,
-            metrics: Arc::clone(&metrics),
-        });
-        Self {
-            config,
-            handler,
-            events,
-            sessions,
-            metrics,
-            node_id,
-            relay: OnceLock::new(),
-            authenticator: OnceLock::new(),
-            shutdown: CancellationToken::new(),
-            runtimes: Mutex::new(HashMap::new()),
-            create_lock: tokio::sync::Mutex::new(()),
-            sweeper_started: AtomicBool::new(false),
-            store_tasks: Mutex::new(None),
-        }
-    }
+/// The session named by `Mcp-Session-Id`, if it exists and is `principal`'s.
+async fn session_record(
+    state: &ServerState,
+    headers: &HeaderMap,
+    principal: &str,
+) -> Result<SessionRecord, ServerError> {
+    let value = headers
+        .get(MCP_SESSION_ID)
+        .ok_or(ServerError::MissingSessionId)?;
+    let id = value
+        .to_str()
+        .ok()
+        .and_then(|v| SessionId::parse(v).ok())
+        .ok_or(ServerError::MalformedSessionId)?;
+    state.record_of(&id, principal).await
+}
 
-    /// Registers store background work to start with the sweeper (inside a runtime).
-    pub(crate) fn set_store_tasks(&self, start: Box<dyn FnOnce() + Send>) {
-        *lock(&self.store_tasks) = Some(start);
-    }
-
-    /// The principal of a request (see [`super::auth`]): 401 when an authenticator is set and
-    /// the request's credentials are missing or wrong.
-    pub(crate) fn principal(&self, parts: &Parts) -> Result<Arc<str>, ServerError> {
-        match self.authenticator.get() {
-            None => Ok(Arc::from(ANONYMOUS_PRINCIPAL)),
-            Some(authenticator) => authenticator
-                .authenticate(&parts.headers)
-                .ok_or(ServerError::Unauthorized),
-        }
-    }
-
-    /// DNS-rebinding protection, first on every method (see [`super::origin`]).
-    fn check_host_origin(&self, parts: &Parts) -> Result<(), ServerError> {
-        let host = match parts.headers.get(header::HOST) {
-            Some(value) => value.to_str().ok(),
-            // HTTP/2 carries the host in `:authority`, which hyper puts in the URI.
-            None => parts.uri.authority().map(http::uri::Authority::as_str),
-        };
-        if !host_allowed(host, &self.config.allowed_hosts) {
-            return Err(ServerError::ForbiddenHost);
-        }
-        let origin = match parts.headers.get(header::ORIGIN) {
-            None => None,
-            Some(value) => Some(value.to_str().map_err(|_| ServerError::ForbiddenOrigin)?),
-        };
-        if !origin_allowed(origin, &self.config.allowed_origins) {
-            return Err(ServerError::ForbiddenOrigin);
-        }
-        Ok(())
-    }
-
-    /// How to answer a POST that contains requests, given its `Accept`.
-    pub(crate) fn answer_kind(&self, accept: Option<&str>) -> Result<ResponseKind, ServerError> {
-        let (preferred, other) = if self.config.json_response {
-            (ResponseKind::Json, ResponseKind::EventStream)
-        } else {
-            (ResponseKind::EventStream, ResponseKind::Json)
-        };
-        if server_accepts(accept, preferred) {
-            Ok(preferred)
-        } else if server_accepts(accept, other) {
-            Ok(other)
-        } else {
-            Err(ServerError::NotAcceptable {
-                needs: "application/json or text/event-stream",
-            })
-        }
-    }
-
-    /// The session named by `Mcp-Session-Id`, if it exists and is `principal`'s.
-    async fn session_record(
-        &self,
-        headers: &HeaderMap,
-        principal: &str,
-    ) -> Result<SessionRecord, ServerError> {
-        let value = headers
-            .get(MCP_SESSION_ID)
-            .ok_or(ServerError::MissingSessionId)?;
-        let id = value
-            .to_str()
-            .ok()
-            .and_then(|v| SessionId::parse(v).ok())
-            .ok_or(ServerError::MalformedSessionId)?;
-        self.record_of(&id, principal).await
-    }
-
-    /// The session `id`, if it exists and is `principal`'s.
-    pub(crate) async fn record_of(
-        &self,
-        id: &SessionId,
-        principal: &str,
-    ) -> Result<SessionRecord, ServerError> {
-        let Some(record) = self.sessions.get(id).await? else {
-            // Gone from the store (expired, deleted, or removed by another node): drop any
-            // runtime state left here.
-            self.forget(id);
-            return Err(ServerError::SessionNotFound);
-        };
-        // Another principal's session is reported exactly like an unknown one.
-        if &*record.principal != principal {
-            return Err(ServerError::SessionNotFound);
-        }
-        Ok(record)
-    }
-
-    /// Where the session's handler runs: here, unless a relay says another node runs it.
-    async fn home(&self, record: &SessionRecord) -> Result<SessionHome, ServerError> {
-        match self.relay.get() {
-            None => Ok(SessionHome::Here),
-            Some(relay) => Ok(relay.home(record.standalone).await?),
-        }
-    }
-
-    /// The runtime of a session whose handler runs on this node, if the handler can still
-    /// serve it; touches it.
-    pub(crate) async fn local_session(
-        &self,
-        record: SessionRecord,
-    ) -> Result<Arc<SessionRuntime>, ServerError> {
-        if !self.handler.session_alive(&record.id) {
-            tracing::info!(session = %record.id, "session ended: the handler can no longer serve it");
-            self.terminate(&record.id).await?;
-            return Err(ServerError::SessionNotFound);
-        }
-        self.runtime(record).await
-    }
-
-    /// This node's runtime state of a session (created on first use: after a restart, or on
-    /// a node that only serves its streams); touches the session.
-    pub(crate) async fn runtime(
-        &self,
-        record: SessionRecord,
-    ) -> Result<Arc<SessionRuntime>, ServerError> {
-        self.sessions.touch(&record.id).await?;
-        let mut runtimes = lock(&self.runtimes);
-        let id = record.id.clone();
-        Ok(Arc::clone(runtimes.entry(id).or_insert_with(|| {
-            SessionRuntime::new(
-                record,
-                Arc::clone(&self.events),
-                self.config.max_event_bytes,
-            )
-        })))
-    }
-
-    /// The runtime for a request that needs no handler (a GET): the local session when it
-    /// runs here, else state for serving its streams from the shared store, also when its
-    /// node is gone (its streams stay readable).
-    async fn session_for_reading(
-        &self,
-        headers: &HeaderMap,
-        principal: &str,
-    ) -> Result<Arc<SessionRuntime>, ServerError> {
-        let record = self.session_record(headers, principal).await?;
-        match self.home(&record).await? {
-            SessionHome::Here => self.local_session(record).await,
-            SessionHome::Node(_) | SessionHome::Gone(_) => self.runtime(record).await,
-        }
-    }
-
-    /// The sessions this node holds runtime state for.
-    pub(crate) fn local_session_ids(&self) -> Vec<SessionId> {
-        lock(&self.runtimes).keys().cloned().collect()
-    }
-
-    /// The HTTP answer to an accepted POST.
-    pub(crate) fn respond(&self, runtime: &Arc<SessionRuntime>, answer: Answer) -> Response {
-        match answer {
-            Answer::Accepted => StatusCode::ACCEPTED.into_response(),
-            Answer::Stream(stream) => self
-                .writer(runtime, stream, Start::Fresh { cursor: 0 })
-                .into_response(None),
-            Answer::Json(body) => json_response(body, None),
-        }
-    }
-
-    /// Creates a session: record, standalone stream and runtime.
-    async fn create_session(
-        &self,
-        version: ProtocolVersion,
-        principal: Arc<str>,
-    ) -> Result<Arc<SessionRuntime>, ServerError> {
-        let _creating = self.create_lock.lock().await;
-        if self.sessions.count().await? >= self.config.max_sessions
-            || self.sessions.count_for(&principal).await? >= self.config.max_sessions_per_principal
-        {
-            return Err(ServerError::TooManySessions);
-        }
-        let id = SessionId::generate();
-        let owner = StreamOwner {
-            principal: Arc::clone(&principal),
-            session: id.clone(),
-        };
-        let standalone = self
-            .events
-            .create_stream(&owner, StreamKind::Standalone, self.config.retry, &[])
-            .await?;
-        let record = SessionRecord {
-            id: id.clone(),
-            version,
-            principal,
-            standalone,
-        };
-        if let Err(error) = self.sessions.insert(record.clone()).await {
-            let _ = self.events.remove_session(&id).await;
-            return Err(error.into());
-        }
-        let runtime = SessionRuntime::new(
-            record,
-            Arc::clone(&self.events),
-            self.config.max_event_bytes,
-        );
-        lock(&self.runtimes).insert(id.clone(), Arc::clone(&runtime));
-        tracing::info!(session = %id, version = %version, "session created");
-        Ok(runtime)
-    }
-
-    /// Drops this node's runtime state of a session, cancelling its handlers and closing its
-    /// connections.
-    pub(crate) fn forget(&self, id: &SessionId) {
-        let runtime = lock(&self.runtimes).remove(id);
-        if let Some(runtime) = runtime {
-            runtime.close();
-            self.handler.session_closed(id);
-        }
-    }
-
-    /// Ends a session everywhere: record, runtime, events. Returns whether it existed.
-    pub(crate) async fn terminate(&self, id: &SessionId) -> Result<bool, ServerError> {
-        let existed = self.sessions.remove(id).await?;
-        self.forget(id);
-        self.events.remove_session(id).await?;
-        Ok(existed)
-    }
-
-    /// Starts the idle-session sweeper once, on first use (inside a runtime). It holds only a
-    /// weak reference, so it ends when the server is dropped, or at shutdown.
-    pub(crate) fn ensure_sweeper(self: &Arc<Self>) {
-        if self.sweeper_started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let store_tasks = lock(&self.store_tasks).take();
-        if let Some(start) = store_tasks {
-            start();
-        }
-        let weak: Weak<Self> = Arc::downgrade(self);
-        if let Some(inbox) = self.relay.get().and_then(|relay| relay.take_inbox()) {
-            tokio::spawn(handoff::serve(weak.clone(), inbox));
-        }
-        let shutdown = self.shutdown.clone();
-        let interval = (self.config.session_idle / SWEEPS_PER_IDLE_PERIOD)
-            .clamp(MIN_SWEEP_INTERVAL, MAX_SWEEP_INTERVAL);
-        tokio::spawn({
-            let weak = weak.clone();
-            let shutdown = shutdown.clone();
-            async move {
-                loop {
-                    tokio::select! {
-                        () = shutdown.cancelled() => break,
-                        () = tokio::time::sleep(interval) => {}
-                    }
-                    let Some(shared) = weak.upgrade() else { break };
-                    shared.sweep().await;
-                }
-            }
-        });
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(ORPHAN_POLL_INTERVAL) => {}
-                }
-                let Some(shared) = weak.upgrade() else { break };
-                shared.answer_orphans().await;
-            }
-        });
-    }
-
-    /// Answers the streams the store reports orphaned since the last look (with a shared
-    /// store, those of a node whose lease ran out).
-    async fn answer_orphans(&self) {
-        match super::orphans::answer_orphans(&*self.events).await {
-            Ok(report) => self.metrics.orphans_answered(report.requests as u64),
-            Err(error) => tracing::warn!(%error, "looking for orphaned streams failed"),
-        }
-    }
-
-    /// One sweep: sessions with requests running or connections open are kept alive (a long
-    /// tool call or an open GET stream is activity), the rest expire after `session_idle`.
-    async fn sweep(&self) {
-        let (busy, quiet): (Vec<_>, Vec<_>) = lock(&self.runtimes)
-            .iter()
-            .map(|(id, runtime)| (id.clone(), runtime.is_busy()))
-            .partition(|(_, busy)| *busy);
-        // Runtime state whose record is gone (a DELETE that raced a request re-creating the
-        // runtime, or a session removed by another node) is dropped here.
-        for (id, _) in &quiet {
-            if let Ok(None) = self.sessions.get(id).await {
-                self.forget(id);
-                let _ = self.events.remove_session(id).await;
-            }
-        }
-        let busy: Vec<SessionId> = busy.into_iter().map(|(id, _)| id).collect();
-        for id in &busy {
-            if let Err(error) = self.sessions.touch(id).await {
-                tracing::warn!(session = %id, %error, "could not keep a busy session alive");
-            }
-        }
-        let expired = match self.sessions.expire_idle(self.config.session_idle).await {
-            Ok(expired) => expired,
-            Err(error) => {
-                tracing::warn!(%error, "idle-session sweep failed");
-                return;
-            }
-        };
-        for id in expired {
-            tracing::info!(session = %id, "session expired");
-            self.forget(&id);
-            if let Err(error) = self.events.remove_session(&id).await {
-                tracing::warn!(session = %id, %error, "could not free an expired session");
-            }
-        }
-    }
-
-    pub(crate) fn writer(
-        &self,
-        runtime: &Arc<SessionRuntime>,
-        stream: tether_proto::ids::StreamId,
-        start: Start,
-    ) -> Writer {
-        let pacing = Pacing {
-            retry: self.config.retry,
-            keepalive: self.config.keepalive,
-            poll_after: self.config.poll_after,
-        };
-        Writer::new(
-            runtime,
-            stream,
-            start,
-            pacing,
-            self.shutdown.clone(),
-            &self.metrics,
-        )
+/// The runtime for a request that needs no handler (a GET): the local session when it
+/// runs here, else state for serving its streams from the shared store, also when its
+/// node is gone (its streams stay readable).
+async fn session_for_reading(
+    state: &ServerState,
+    headers: &HeaderMap,
+    principal: &str,
+) -> Result<Arc<SessionRuntime>, ServerError> {
+    let record = session_record(state, headers, principal).await?;
+    match state.home(&record).await? {
+        SessionHome::Here => state.local_session(record).await,
+        SessionHome::Node(_) | SessionHome::Gone(_) => state.runtime(record).await,
     }
 }
 
@@ -488,8 +136,9 @@ fn accept_value(headers: &HeaderMap) -> Option<String> {
     (!values.is_empty()).then(|| values.join(", "))
 }
 
-/// `MCP-Protocol-Version` checked against the supported versions (CONTRACTS.md): absent or
-/// supported is fine (the session's negotiated version stays in force either way).
+/// `MCP-Protocol-Version` checked against the supported versions
+/// (docs/CONTRACTS.md#negotiated-version): absent or supported is fine (the session's negotiated
+/// version stays in force either way).
 fn check_protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, ServerError> {
     let value = match headers.get(MCP_PROTOCOL_VERSION) {
         None => None,
@@ -537,33 +186,17 @@ async fn read_body_within(
     Ok(buf.freeze())
 }
 
-/// A JSON answer (`application/json`).
-pub(crate) fn json_response(body: Vec<u8>, session: Option<HeaderValue>) -> Response {
-    let mut response = (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(headers::APPLICATION_JSON),
-        )],
-        body,
-    )
-        .into_response();
-    if let Some(session) = session {
-        response.headers_mut().insert(MCP_SESSION_ID, session);
-    }
-    response
-}
-
 // ---------------------------------------------------------------------------------------------
 // Handlers
 
 /// `POST <path>`: one JSON-RPC message (or a 2025-03-26 batch).
 pub(crate) async fn post(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<ServerState>>,
     request: Request,
 ) -> Result<Response, ServerError> {
-    shared.ensure_sweeper();
+    background::start(&shared);
     let (parts, body) = request.into_parts();
-    shared.check_host_origin(&parts)?;
+    check_host_origin(&shared, &parts)?;
     let principal = shared.principal(&parts)?;
     if !header_str(&parts.headers, header::CONTENT_TYPE).is_some_and(is_json_content_type) {
         return Err(ServerError::UnsupportedMediaType);
@@ -593,7 +226,7 @@ pub(crate) async fn post(
         };
     }
     version_header?;
-    let record = shared.session_record(&parts.headers, &principal).await?;
+    let record = session_record(&shared, &parts.headers, &principal).await?;
     let version = record.version;
     let (runtime, home_node) = match shared.home(&record).await? {
         SessionHome::Here => (Some(shared.local_session(record.clone()).await?), None),
@@ -605,7 +238,7 @@ pub(crate) async fn post(
         }
     };
     // The session's negotiated version decides whether a batch is allowed, whatever the
-    // request's header says (CONTRACTS.md).
+    // request's header says (docs/CONTRACTS.md#negotiated-version).
     let batching = if version.allows_batches() {
         Batching::Allowed
     } else {
@@ -629,7 +262,7 @@ pub(crate) async fn post(
                 Recipient::Client,
             )
             .await?;
-            Ok(shared.respond(&runtime, answer))
+            Ok(reply::respond(&shared, &runtime, answer))
         }
         (None, Some(node)) => {
             let post = handoff::Post {
@@ -648,7 +281,7 @@ pub(crate) async fn post(
 /// `initialize`: negotiates the version, creates the session and answers with
 /// `Mcp-Session-Id` on the response head (T34), before any event in SSE mode.
 async fn initialize(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     request: RpcRequest,
     accept: Option<&str>,
     principal: Arc<str>,
@@ -717,12 +350,12 @@ async fn initialize(
 
 /// `GET <path>`: the standalone stream, or a resume after `Last-Event-ID`.
 pub(crate) async fn get(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<ServerState>>,
     request: Request,
 ) -> Result<Response, ServerError> {
-    shared.ensure_sweeper();
+    background::start(&shared);
     let (parts, _body) = request.into_parts();
-    shared.check_host_origin(&parts)?;
+    check_host_origin(&shared, &parts)?;
     let principal = shared.principal(&parts)?;
     if !shared.config.get_streams {
         return Err(ServerError::GetDisabled);
@@ -734,12 +367,10 @@ pub(crate) async fn get(
         });
     }
     check_protocol_version(&parts.headers)?;
-    let runtime = shared
-        .session_for_reading(&parts.headers, &principal)
-        .await?;
+    let runtime = session_for_reading(&shared, &parts.headers, &principal).await?;
     let Some(last_event_id) = parts.headers.get(headers::LAST_EVENT_ID) else {
         // A fresh GET continues the standalone stream after what earlier connections were
-        // given; a second one replaces the first (CONTRACTS.md, T33).
+        // given; a second one replaces the first (docs/CONTRACTS.md#second-get, T33).
         let start = Start::Fresh {
             cursor: runtime.standalone_cursor(),
         };
@@ -768,10 +399,10 @@ pub(crate) async fn get(
 }
 
 /// The event id of a resume and the batch after it, read once before answering: an unusable
-/// id must be a 400, never a 200 with an empty or partial stream (DESIGN.md property 2). On
+/// id must be a 400, never a 200 with an empty or partial stream (docs/DESIGN.md#property-2). On
 /// failure, the refusal.
 async fn first_resumed_batch(
-    shared: &Shared,
+    shared: &ServerState,
     runtime: &SessionRuntime,
     last_event_id: &HeaderValue,
 ) -> Result<(EventId, ReadBatch), ServerError> {
@@ -794,7 +425,7 @@ async fn first_resumed_batch(
     Ok((id, first))
 }
 
-/// How a store error on a resume's first read is answered (CONTRACTS.md `Last-Event-ID` row).
+/// How a store error on a resume's first read is answered (docs/CONTRACTS.md#last-event-id-row).
 fn resume_error(error: StoreError) -> ServerError {
     match error {
         StoreError::UnknownStream => ServerError::ResumeRefused(ResumeRefusal::Unknown),
@@ -807,7 +438,7 @@ fn resume_error(error: StoreError) -> ServerError {
 /// nothing follows it: the stream's last event, or one evicted since (then its successors
 /// were evicted too, and the stream is merely quiet). Seq 0, the priming event, always was.
 async fn was_issued(
-    shared: &Shared,
+    shared: &ServerState,
     runtime: &SessionRuntime,
     id: tether_proto::ids::EventId,
 ) -> Result<bool, ServerError> {
@@ -827,15 +458,15 @@ async fn was_issued(
 
 /// `DELETE <path>`: ends the session and frees everything it held (T44, T45).
 pub(crate) async fn delete(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<ServerState>>,
     request: Request,
 ) -> Result<Response, ServerError> {
-    shared.ensure_sweeper();
+    background::start(&shared);
     let (parts, _body) = request.into_parts();
-    shared.check_host_origin(&parts)?;
+    check_host_origin(&shared, &parts)?;
     let principal = shared.principal(&parts)?;
     check_protocol_version(&parts.headers)?;
-    let record = shared.session_record(&parts.headers, &principal).await?;
+    let record = session_record(&shared, &parts.headers, &principal).await?;
     let id = match shared.home(&record).await? {
         // Its node stops the handler's work for it (and answers for the DELETE).
         SessionHome::Node(node) => return handoff::delete(&shared, &node, record, principal).await,
@@ -853,4 +484,44 @@ pub(crate) async fn delete(
 /// `GET /healthz`: the process is up and serving.
 pub(crate) async fn healthz() -> &'static str {
     "ok\n"
+}
+
+/// `GET /metrics`: the server's counters and gauges in the OpenMetrics text format (see
+/// `metrics`); needs the same credentials as the MCP endpoint when authentication is on.
+pub(crate) async fn metrics(
+    State(shared): State<Arc<ServerState>>,
+    request: Request,
+) -> Result<Response, ServerError> {
+    let (parts, _) = request.into_parts();
+    shared.principal(&parts)?;
+    let sessions = shared.local_session_ids();
+    let stored = shared.sessions.count().await.ok();
+    let mut retained = SessionUsage::default();
+    for id in &sessions {
+        if let Ok(usage) = shared.events.usage(id).await {
+            retained.events += usage.events;
+            retained.bytes += usage.bytes;
+        }
+    }
+    let body = shared.metrics.render(sessions.len(), stored, retained);
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(OPENMETRICS));
+    Ok(response)
+}
+
+/// The layer on the MCP path that counts every answer by method and status.
+pub(crate) async fn count_responses(
+    State(shared): State<Arc<ServerState>>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().as_str().to_owned();
+    let response = next.run(request).await;
+    shared.metrics.count_response(ResponseLabels {
+        method,
+        status: response.status().as_u16(),
+    });
+    response
 }

@@ -5,8 +5,8 @@
 //! (`Retry-After`, `Allow`, `WWW-Authenticate`), and turns itself into a response through
 //! axum's [`IntoResponse`]. The endpoint's handlers return `Result<_, ServerError>` and never
 //! build an error body themselves, so no path can forget the body or the status
-//! (CONTRACTS.md, "Wire behaviour"; STYLE.md §3). JSON-RPC errors *inside* a stream (a
-//! handler's error result) are not here: they are ordinary responses.
+//! (docs/CONTRACTS.md#wire-behaviour; docs/CONTRIBUTING.md#errors). JSON-RPC errors *inside* a
+//! stream (a handler's error result) are not here: they are ordinary responses.
 
 use std::time::Duration;
 
@@ -19,8 +19,9 @@ use tether_proto::version::ProtocolVersion;
 use crate::store::StoreError;
 use crate::store::relay::HandoffAnswer;
 
-/// JSON-RPC code of an unusable `Last-Event-ID` (CONTRACTS.md): implementation-defined
-/// server error, since no standard code fits and -32600 would blame the body.
+/// JSON-RPC code of an unusable `Last-Event-ID` (docs/CONTRACTS.md#last-event-id-row):
+/// implementation-defined server error, since no standard code fits and -32600 would blame the
+/// body.
 pub const RESUME_REFUSED: i64 = -32000;
 
 /// `Retry-After` for 503 "too many sessions": sessions end by DELETE or idle expiry, which
@@ -38,7 +39,8 @@ pub const SHUTTING_DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
 /// node restarting or a Redis hiccup passes in seconds.
 pub const HOME_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Why a `Last-Event-ID` cannot be resumed: the `data.reason` of the 400 (CONTRACTS.md).
+/// Why a `Last-Event-ID` cannot be resumed: the `data.reason` of the 400
+/// (docs/CONTRACTS.md#last-event-id-row).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ResumeRefusal {
@@ -63,7 +65,8 @@ impl ResumeRefusal {
     }
 }
 
-/// A refused request: each variant is one row of CONTRACTS.md's status table.
+/// A refused request: each variant is one row of the status table of
+/// docs/CONTRACTS.md#status-table.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {

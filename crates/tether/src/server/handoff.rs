@@ -26,9 +26,10 @@ use tether_proto::jsonrpc::{Batching, Body as RpcBody, Message, parse_body};
 use tokio::sync::mpsc;
 
 use super::dispatch::{self, Answer, Recipient};
-use super::endpoint::{Shared, json_response};
 use super::error::ServerError;
+use super::reply::json_response;
 use super::session::SessionRuntime;
+use super::state::ServerState;
 use super::writer::{READ_BATCH, Start};
 use crate::store::SessionRecord;
 use crate::store::relay::{Handoff, HandoffAnswer, IncomingHandoff, RelayError};
@@ -49,7 +50,7 @@ pub(crate) struct Post {
 
 /// Hands `post` to `node` and answers the client with what it says.
 pub(crate) async fn post(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     node: &str,
     post: Post,
 ) -> Result<Response, ServerError> {
@@ -77,7 +78,7 @@ pub(crate) async fn post(
 
 /// Hands a DELETE of `record` to `node` and answers the client with what it says.
 pub(crate) async fn delete(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     node: &str,
     record: SessionRecord,
     principal: Arc<str>,
@@ -93,7 +94,11 @@ pub(crate) async fn delete(
 }
 
 /// Sends `handoff` to `node` and waits for its answer.
-async fn ask(shared: &Shared, node: &str, handoff: Handoff) -> Result<HandoffAnswer, ServerError> {
+async fn ask(
+    shared: &ServerState,
+    node: &str,
+    handoff: Handoff,
+) -> Result<HandoffAnswer, ServerError> {
     let relay = shared
         .relay
         .get()
@@ -116,7 +121,7 @@ async fn ask(shared: &Shared, node: &str, handoff: Handoff) -> Result<HandoffAns
 
 /// Reads Request stream `stream` to its end and answers with its responses as JSON.
 async fn collect_json(
-    shared: &Shared,
+    shared: &ServerState,
     runtime: &SessionRuntime,
     stream: StreamId,
     is_batch: bool,
@@ -176,7 +181,7 @@ fn http_response(answer: HandoffAnswer) -> Response {
 /// Takes the handoffs other nodes send this node, each in a task of its own, until the
 /// server is dropped.
 pub(crate) async fn serve(
-    shared: Weak<Shared>,
+    shared: Weak<ServerState>,
     mut inbox: mpsc::UnboundedReceiver<IncomingHandoff>,
 ) {
     while let Some(incoming) = inbox.recv().await {
@@ -193,7 +198,7 @@ pub(crate) async fn serve(
 }
 
 /// Does what a handoff asks, as this node would for the request itself.
-async fn take(shared: &Arc<Shared>, handoff: Handoff) -> Result<HandoffAnswer, ServerError> {
+async fn take(shared: &Arc<ServerState>, handoff: Handoff) -> Result<HandoffAnswer, ServerError> {
     if shared.shutdown.is_cancelled() {
         return Err(ServerError::ShuttingDown);
     }

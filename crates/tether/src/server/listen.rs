@@ -30,44 +30,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Default [`ConnectionLimits::header_read_timeout`]: a real client sends its request head at
-/// once; ten seconds leave room for a congested link and free a stalled connection soon.
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Default [`ConnectionLimits::max_connections`]: room for ten thousand open streams (each
-/// SSE stream is a connection) with headroom, well below what a raised file-descriptor limit
-/// allows.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
-
-/// Default [`ConnectionLimits::max_headers`]: MCP requests carry about ten; hyper's own
-/// default is 100.
-pub const DEFAULT_MAX_HEADERS: usize = 64;
+use super::config::ConnectionLimits;
 
 /// After a failed `accept` (out of file descriptors, typically), wait this long before the
 /// next: retrying at once would spin while nothing can change.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
-
-/// Limits on connections, before any request reaches the endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    /// How long a new connection may stay silent, and how long a request head may take from
-    /// its first byte; then the connection is closed.
-    pub header_read_timeout: Duration,
-    /// Connections served at once; more are closed when accepted.
-    pub max_connections: usize,
-    /// Header fields per HTTP/1 request; more get 431.
-    pub max_headers: usize,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        Self {
-            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            max_headers: DEFAULT_MAX_HEADERS,
-        }
-    }
-}
 
 /// Serves `router` on `listener` until `shutdown` completes, then shuts down gracefully;
 /// `on_shutdown` runs when the signal arrives, before the connections are told.

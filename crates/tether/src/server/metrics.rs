@@ -7,7 +7,7 @@
 //! open streams in the writer loop, resume outcomes in the GET handler, answers by method and
 //! status in a router layer. Gauges that are cheaper to compute than to maintain (sessions,
 //! retained events and bytes of the sessions this node serves) are computed when scraped.
-//! `/metrics` needs the same credentials as the MCP endpoint when authentication is on.
+//! The `/metrics` handler itself is the endpoint's.
 //!
 //! Names (all prefixed `tether_`): `events_appended_total`, `event_bytes_appended_total`,
 //! `events_sent_total{connection="fresh"|"resume"}`, `resumes_total{outcome="ok"|"malformed"|
@@ -18,9 +18,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
-use http::{HeaderValue, header};
 use std::fmt::Write as _;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -31,14 +28,13 @@ use prometheus_client::registry::Registry;
 use tether_proto::ids::{EventId, SessionId, StreamId};
 use tether_proto::jsonrpc::RequestId;
 
-use super::endpoint::Shared;
-use super::error::{ResumeRefusal, ServerError};
+use super::error::ResumeRefusal;
 use crate::store::{
     EventStore, OrphanedStream, ReadBatch, SessionUsage, StoreError, StreamKind, StreamOwner,
 };
 
 /// The content type of the OpenMetrics text format.
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What kind of connection an event went out on.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
@@ -104,9 +100,9 @@ struct OutcomeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResponseLabels {
-    method: String,
-    status: u16,
+pub(crate) struct ResponseLabels {
+    pub(crate) method: String,
+    pub(crate) status: u16,
 }
 
 /// A server's metrics.
@@ -243,59 +239,33 @@ impl Drop for OpenStream {
     }
 }
 
-/// Counts every answer on the MCP path by method and status (a router layer).
-pub(crate) async fn count_responses(
-    State(shared): State<Arc<Shared>>,
-    request: Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let method = request.method().as_str().to_owned();
-    let response = next.run(request).await;
-    shared
-        .metrics
-        .responses
-        .get_or_create(&ResponseLabels {
-            method,
-            status: response.status().as_u16(),
-        })
-        .inc();
-    response
-}
+impl Metrics {
+    /// Counts one answer on the MCP path.
+    pub(crate) fn count_response(&self, labels: ResponseLabels) {
+        self.responses.get_or_create(&labels).inc();
+    }
 
-/// `GET /metrics`.
-pub(crate) async fn scrape(
-    State(shared): State<Arc<Shared>>,
-    request: Request,
-) -> Result<Response, ServerError> {
-    let (parts, _) = request.into_parts();
-    shared.principal(&parts)?;
-    let metrics = &shared.metrics;
-    let sessions = shared.local_session_ids();
-    metrics.sessions.set(gauge_value(sessions.len() as u64));
-    if let Ok(stored) = shared.sessions.count().await {
-        metrics.sessions_stored.set(gauge_value(stored as u64));
-    }
-    let mut retained = SessionUsage::default();
-    for id in &sessions {
-        if let Ok(usage) = shared.events.usage(id).await {
-            retained.events += usage.events;
-            retained.bytes += usage.bytes;
+    /// The registry in the OpenMetrics text format, with the gauges computed at scrape time:
+    /// this node's sessions, the store's (`None` when the store could not say) and what this
+    /// node's sessions retain.
+    pub(crate) fn render(
+        &self,
+        sessions: usize,
+        stored: Option<usize>,
+        retained: SessionUsage,
+    ) -> String {
+        self.sessions.set(gauge_value(sessions as u64));
+        if let Some(stored) = stored {
+            self.sessions_stored.set(gauge_value(stored as u64));
         }
+        self.retained_events
+            .set(gauge_value(retained.events as u64));
+        self.retained_bytes.set(gauge_value(retained.bytes as u64));
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, &self.registry)
+            .expect("writing to a String cannot fail");
+        body
     }
-    metrics
-        .retained_events
-        .set(gauge_value(retained.events as u64));
-    metrics
-        .retained_bytes
-        .set(gauge_value(retained.bytes as u64));
-    let mut body = String::new();
-    prometheus_client::encoding::text::encode(&mut body, &metrics.registry)
-        .expect("writing to a String cannot fail");
-    let mut response = body.into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(OPENMETRICS));
-    Ok(response)
 }
 
 fn gauge_value(n: u64) -> i64 {

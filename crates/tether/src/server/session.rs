@@ -22,10 +22,10 @@ use tether_proto::version::ProtocolVersion;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::context::LogLevel;
 use crate::fifo::FifoMap;
 use crate::lock;
 use crate::store::{EventStore, SessionRecord, StoreError, StreamOwner};
+use tether_proto::logging::LogLevel;
 
 /// One session's runtime state on this node.
 pub(crate) struct SessionRuntime {
@@ -135,7 +135,7 @@ impl SessionRuntime {
     }
 
     pub(crate) fn log_level(&self) -> LogLevel {
-        LogLevel::from_u8(self.log_level.load(Ordering::Relaxed))
+        LogLevel::from_index(self.log_level.load(Ordering::Relaxed)).unwrap_or(LogLevel::DEFAULT)
     }
 
     pub(crate) fn set_log_level(&self, level: LogLevel) {
@@ -324,7 +324,8 @@ impl SessionRuntime {
     // Connections
 
     /// Registers a new connection writing `stream`, closing the previous one if any
-    /// (CONTRACTS.md: a second GET for a stream with a live connection replaces it).
+    /// (docs/CONTRACTS.md#second-get: a second GET for a stream with a live connection replaces
+    /// it).
     pub(crate) fn connect(self: &Arc<Self>, stream: StreamId) -> ConnectionGuard {
         let generation = self.generation();
         let token = self.closed.child_token();

@@ -3,7 +3,7 @@
 //! The server never writes a JSON-RPC message to a connection directly: it appends the message
 //! to its stream in the [`EventStore`], and one writer loop per connection reads the stream
 //! after its cursor and writes what it finds. First delivery and resume are the same loop, so
-//! there is no replay-to-live hand-off to get wrong (DESIGN.md, "Data flow").
+//! there is no replay-to-live hand-off to get wrong (docs/DESIGN.md#data-flow).
 //!
 //! This module owns the two traits, their shared types and the invariants every backend must
 //! keep; [`memory`] is the in-process backend. It does not own HTTP, SSE connections or the
@@ -24,7 +24,7 @@
 //! 3. [`read_after`](EventStore::read_after) returns events of exactly one stream, in order,
 //!    starting at `after + 1`, and only to the stream's owner: a stream that exists but is
 //!    owned by another principal or session is reported as [`StoreError::UnknownStream`], so
-//!    no answer reveals that it exists (CONTRACTS.md).
+//!    no answer reveals that it exists (docs/CONTRACTS.md#last-event-id-row).
 //! 4. Events a reader may still ask for are never dropped silently: if `after + 1` is no
 //!    longer stored (evicted by a cap, or the stream's retention ran out), the read fails with
 //!    [`StoreError::Expired`].
@@ -37,6 +37,7 @@
 #[cfg(any(feature = "sqlite", feature = "redis"))]
 mod chunk;
 mod frame;
+mod limits;
 pub mod memory;
 #[cfg(any(feature = "sqlite", feature = "redis"))]
 pub(crate) mod pipeline;
@@ -45,6 +46,7 @@ pub mod redis;
 pub mod relay;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod stores;
 #[cfg(any(test, feature = "testing"))]
 pub mod suite;
 
@@ -59,6 +61,7 @@ use tether_proto::jsonrpc::RequestId;
 pub use self::redis::{
     RedisEventStore, RedisOpenError, RedisRelay, RedisSessionStore, RedisStoreConfig,
 };
+pub use limits::StoreLimits;
 pub use memory::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
 #[cfg(any(feature = "sqlite", feature = "redis"))]
 pub use pipeline::{QUEUED_BYTES as PIPELINE_QUEUED_BYTES, WINDOW as PIPELINE_WINDOW};
@@ -66,12 +69,13 @@ pub use pipeline::{QUEUED_BYTES as PIPELINE_QUEUED_BYTES, WINDOW as PIPELINE_WIN
 pub use sqlite::{
     Durability, SqliteEventStore, SqliteOpenError, SqliteSessionStore, SqliteStoreConfig,
 };
+pub use stores::Stores;
 
 /// The principal of requests made without authentication.
 pub const ANONYMOUS_PRINCIPAL: &str = "default";
 
 /// Who owns a stream. Replay is keyed by owner and stream, so knowing another session's event
-/// id gives nothing (DESIGN.md property 3).
+/// id gives nothing (docs/DESIGN.md#property-3).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StreamOwner {
     /// The authenticated principal ([`ANONYMOUS_PRINCIPAL`] without authentication).
@@ -289,7 +293,7 @@ pub struct SessionRecord {
     /// The session id issued on the initialize response.
     pub id: SessionId,
     /// The protocol version negotiated at initialize; it decides every version-dependent
-    /// behaviour for the session's lifetime (CONTRACTS.md).
+    /// behaviour for the session's lifetime (docs/CONTRACTS.md#negotiated-version).
     pub version: tether_proto::version::ProtocolVersion,
     /// The principal that created the session; requests by any other principal get 404.
     pub principal: Arc<str>,

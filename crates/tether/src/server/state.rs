@@ -1,0 +1,281 @@
+//! The server's state: configuration, handler, stores, and the sessions this node has
+//! runtime state for.
+//!
+//! [`ServerState`] owns the session registry and its lifecycle (create a session with its
+//! standalone stream, rebuild a session's runtime on first use, forget it here, terminate it
+//! everywhere), who a request comes from, where a session's handler runs (here, or on another
+//! node of a shared store), and the factory of SSE writers. It does not own HTTP validation
+//! (the endpoint's), routing of messages (dispatch's) or background work (`background`).
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use http::HeaderValue;
+use http::request::Parts;
+use tether_proto::headers::{ResponseKind, server_accepts};
+use tether_proto::ids::{SessionId, StreamId};
+use tether_proto::sse_writer::WriterConfig;
+use tether_proto::version::ProtocolVersion;
+use tokio_util::sync::CancellationToken;
+
+use super::auth::Authenticator;
+use super::config::ServerConfig;
+use super::error::ServerError;
+use super::handler::Handler;
+use super::metrics::{MeteredEvents, Metrics};
+use super::session::SessionRuntime;
+use super::writer::{Start, Writer};
+use crate::lock;
+use crate::store::relay::{Relay, SessionHome};
+use crate::store::{
+    ANONYMOUS_PRINCIPAL, EventStore, SessionRecord, SessionStore, StreamKind, StreamOwner,
+};
+
+/// Everything the endpoint, dispatch and background work share: configuration, handler, stores, and the
+/// sessions this node has runtime state for.
+pub(crate) struct ServerState {
+    pub(crate) config: ServerConfig,
+    pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) events: Arc<dyn EventStore>,
+    pub(crate) sessions: Arc<dyn SessionStore>,
+    pub(crate) node_id: HeaderValue,
+    /// How this node reaches the other nodes of a shared store, if it shares one.
+    pub(crate) relay: OnceLock<Arc<dyn Relay>>,
+    /// What operators see (`/metrics`).
+    pub(crate) metrics: Arc<Metrics>,
+    /// Who requests come from; without one, everyone is [`ANONYMOUS_PRINCIPAL`].
+    pub(crate) authenticator: OnceLock<Arc<dyn Authenticator>>,
+    /// Cancelled when `serve` is told to shut down: writer loops send `retry` and end.
+    pub(crate) shutdown: CancellationToken,
+    runtimes: Mutex<HashMap<SessionId, Arc<SessionRuntime>>>,
+    /// Serializes session creation so that `max_sessions` is a hard bound (count, then
+    /// insert, without another initialize in between).
+    create_lock: tokio::sync::Mutex<()>,
+    /// The background work has started (see `background`).
+    pub(crate) background_started: AtomicBool,
+    /// Background work of the stores that needs a runtime (the memory store's retention
+    /// sweeper), started with the server's own.
+    pub(crate) store_tasks: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl ServerState {
+    pub(crate) fn new(
+        config: ServerConfig,
+        handler: Arc<dyn Handler>,
+        events: Arc<dyn EventStore>,
+        sessions: Arc<dyn SessionStore>,
+        node_id: HeaderValue,
+    ) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        // Every append, whichever path makes it, is counted.
+        let events = Arc::new(MeteredEvents {
+            inner: events,
+            metrics: Arc::clone(&metrics),
+        });
+        Self {
+            config,
+            handler,
+            events,
+            sessions,
+            metrics,
+            node_id,
+            relay: OnceLock::new(),
+            authenticator: OnceLock::new(),
+            shutdown: CancellationToken::new(),
+            runtimes: Mutex::new(HashMap::new()),
+            create_lock: tokio::sync::Mutex::new(()),
+            background_started: AtomicBool::new(false),
+            store_tasks: Mutex::new(None),
+        }
+    }
+
+    /// Registers store background work to start with the server's (inside a runtime).
+    pub(crate) fn set_store_tasks(&self, start: Box<dyn FnOnce() + Send>) {
+        *lock(&self.store_tasks) = Some(start);
+    }
+
+    /// The principal of a request (see [`super::auth`]): 401 when an authenticator is set and
+    /// the request's credentials are missing or wrong.
+    pub(crate) fn principal(&self, parts: &Parts) -> Result<Arc<str>, ServerError> {
+        match self.authenticator.get() {
+            None => Ok(Arc::from(ANONYMOUS_PRINCIPAL)),
+            Some(authenticator) => authenticator
+                .authenticate(&parts.headers)
+                .ok_or(ServerError::Unauthorized),
+        }
+    }
+
+    /// How to answer a POST that contains requests, given its `Accept`.
+    pub(crate) fn answer_kind(&self, accept: Option<&str>) -> Result<ResponseKind, ServerError> {
+        let (preferred, other) = if self.config.json_response {
+            (ResponseKind::Json, ResponseKind::EventStream)
+        } else {
+            (ResponseKind::EventStream, ResponseKind::Json)
+        };
+        if server_accepts(accept, preferred) {
+            Ok(preferred)
+        } else if server_accepts(accept, other) {
+            Ok(other)
+        } else {
+            Err(ServerError::NotAcceptable {
+                needs: "application/json or text/event-stream",
+            })
+        }
+    }
+
+    /// The session `id`, if it exists and is `principal`'s.
+    pub(crate) async fn record_of(
+        &self,
+        id: &SessionId,
+        principal: &str,
+    ) -> Result<SessionRecord, ServerError> {
+        let Some(record) = self.sessions.get(id).await? else {
+            // Gone from the store (expired, deleted, or removed by another node): drop any
+            // runtime state left here.
+            self.forget(id);
+            return Err(ServerError::SessionNotFound);
+        };
+        // Another principal's session is reported exactly like an unknown one.
+        if &*record.principal != principal {
+            return Err(ServerError::SessionNotFound);
+        }
+        Ok(record)
+    }
+
+    /// Where the session's handler runs: here, unless a relay says another node runs it.
+    pub(crate) async fn home(&self, record: &SessionRecord) -> Result<SessionHome, ServerError> {
+        match self.relay.get() {
+            None => Ok(SessionHome::Here),
+            Some(relay) => Ok(relay.home(record.standalone).await?),
+        }
+    }
+
+    /// The runtime of a session whose handler runs on this node, if the handler can still
+    /// serve it; touches it.
+    pub(crate) async fn local_session(
+        &self,
+        record: SessionRecord,
+    ) -> Result<Arc<SessionRuntime>, ServerError> {
+        if !self.handler.session_alive(&record.id) {
+            tracing::info!(session = %record.id, "session ended: the handler can no longer serve it");
+            self.terminate(&record.id).await?;
+            return Err(ServerError::SessionNotFound);
+        }
+        self.runtime(record).await
+    }
+
+    /// This node's runtime state of a session (created on first use: after a restart, or on
+    /// a node that only serves its streams); touches the session.
+    pub(crate) async fn runtime(
+        &self,
+        record: SessionRecord,
+    ) -> Result<Arc<SessionRuntime>, ServerError> {
+        self.sessions.touch(&record.id).await?;
+        let mut runtimes = lock(&self.runtimes);
+        let id = record.id.clone();
+        Ok(Arc::clone(runtimes.entry(id).or_insert_with(|| {
+            SessionRuntime::new(
+                record,
+                Arc::clone(&self.events),
+                self.config.max_event_bytes,
+            )
+        })))
+    }
+
+    /// Each session this node holds runtime state for, and whether it is busy (requests
+    /// running or connections open), for the idle sweep.
+    pub(crate) fn runtime_busyness(&self) -> Vec<(SessionId, bool)> {
+        lock(&self.runtimes)
+            .iter()
+            .map(|(id, runtime)| (id.clone(), runtime.is_busy()))
+            .collect()
+    }
+
+    /// The sessions this node holds runtime state for.
+    pub(crate) fn local_session_ids(&self) -> Vec<SessionId> {
+        lock(&self.runtimes).keys().cloned().collect()
+    }
+
+    /// Creates a session: record, standalone stream and runtime.
+    pub(crate) async fn create_session(
+        &self,
+        version: ProtocolVersion,
+        principal: Arc<str>,
+    ) -> Result<Arc<SessionRuntime>, ServerError> {
+        let _creating = self.create_lock.lock().await;
+        if self.sessions.count().await? >= self.config.max_sessions
+            || self.sessions.count_for(&principal).await? >= self.config.max_sessions_per_principal
+        {
+            return Err(ServerError::TooManySessions);
+        }
+        let id = SessionId::generate();
+        let owner = StreamOwner {
+            principal: Arc::clone(&principal),
+            session: id.clone(),
+        };
+        let standalone = self
+            .events
+            .create_stream(&owner, StreamKind::Standalone, self.config.retry, &[])
+            .await?;
+        let record = SessionRecord {
+            id: id.clone(),
+            version,
+            principal,
+            standalone,
+        };
+        if let Err(error) = self.sessions.insert(record.clone()).await {
+            let _ = self.events.remove_session(&id).await;
+            return Err(error.into());
+        }
+        let runtime = SessionRuntime::new(
+            record,
+            Arc::clone(&self.events),
+            self.config.max_event_bytes,
+        );
+        lock(&self.runtimes).insert(id.clone(), Arc::clone(&runtime));
+        tracing::info!(session = %id, version = %version, "session created");
+        Ok(runtime)
+    }
+
+    /// Drops this node's runtime state of a session, cancelling its handlers and closing its
+    /// connections.
+    pub(crate) fn forget(&self, id: &SessionId) {
+        let runtime = lock(&self.runtimes).remove(id);
+        if let Some(runtime) = runtime {
+            runtime.close();
+            self.handler.session_closed(id);
+        }
+    }
+
+    /// Ends a session everywhere: record, runtime, events. Returns whether it existed.
+    pub(crate) async fn terminate(&self, id: &SessionId) -> Result<bool, ServerError> {
+        let existed = self.sessions.remove(id).await?;
+        self.forget(id);
+        self.events.remove_session(id).await?;
+        Ok(existed)
+    }
+
+    /// A writer loop for `stream` of `runtime`'s session, starting at `start`, paced by the
+    /// configuration and ended by the server's shutdown.
+    pub(crate) fn writer(
+        &self,
+        runtime: &Arc<SessionRuntime>,
+        stream: StreamId,
+        start: Start,
+    ) -> Writer {
+        let pacing = WriterConfig::new(
+            self.config.retry,
+            self.config.keepalive,
+            self.config.poll_after,
+        );
+        Writer::new(
+            runtime,
+            stream,
+            start,
+            pacing,
+            self.shutdown.clone(),
+            &self.metrics,
+        )
+    }
+}
