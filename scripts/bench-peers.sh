@@ -72,7 +72,7 @@ put() {
 
 put $peers/rmcp-bench/Cargo.toml <<'RUST_EOF'
 # An rmcp (official Rust SDK) Streamable HTTP server with the `count` tool of tether's
-# CONTRACTS.md, for scripts/bench-peers.sh. Built outside the tether workspace.
+# docs/CONTRACTS.md#demo-count, for scripts/bench-peers.sh. Built outside the tether workspace.
 [package]
 name = "rmcp-bench"
 version = "0.0.0"
@@ -91,8 +91,8 @@ serde_json = "1"
 debug = "line-tables-only"
 RUST_EOF
 put $peers/rmcp-bench/src/main.rs <<'RUST_EOF'
-//! rmcp 3.11.0 serving `count {n, interval_ms}` (CONTRACTS.md) over Streamable HTTP with its
-//! default session manager (sessions on, `retry` priming, its in-memory resumption).
+//! rmcp 3.11.0 serving `count {n, interval_ms}` (docs/CONTRACTS.md#demo-count) over Streamable HTTP
+//! with its default session manager (sessions on, `retry` priming, its in-memory resumption).
 //! Usage: rmcp-bench --bind 127.0.0.1:0; prints `peer: serving http://ADDR/mcp`.
 
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The pure crates stay pure: tether-sse and tether-proto must not reach an async runtime or an
 # HTTP stack through any normal or build dependency, on any target, with any feature. Their
-# whole point is that protocol logic is tested without I/O (DESIGN.md, STYLE.md §1).
+# whole point is that protocol logic is tested without I/O (docs/DESIGN.md#habits,
+# docs/CONTRIBUTING.md#sans-io).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the pinned MCP peers that the interop tests run against (docs: shared peers.md)
+# Installs the pinned MCP peers that the interop tests run against (docs/PEERS.md)
 # into target/peers/, which git ignores, and nothing globally:
 #   target/peers/py    Python venv: interop/python/requirements.txt (mcp 2.3.0, fully pinned)
 #   target/peers/node  npm ci of interop/package.json + package-lock.json: the TypeScript SDK,

@@ -1,7 +1,7 @@
 //! The whole HTTP request path of an in-process tether server (memory stores, demo handler):
 //! any method, any of the MCP headers with any value, with or without a live session's id, any
 //! body. The server never panics, never answers 500, and every refusal with a body carries a
-//! JSON-RPC error (CONTRACTS.md, "Wire behaviour"); the session stays usable.
+//! JSON-RPC error (docs/CONTRACTS.md#wire-behaviour); the session stays usable.
 #![no_main]
 
 use std::sync::OnceLock;

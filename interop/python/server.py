@@ -1,8 +1,9 @@
 """Python SDK (mcp 2.3.0) Streamable HTTP server that tether's tests use as a reference peer.
 
-Serves the `count` demo tool exactly as CONTRACTS.md pins it, with resumability on: an
-in-memory event store and a `retry` interval, so cut streams can be resumed with
-`Last-Event-ID`. Usage: server.py --bind 127.0.0.1:0 [--retry-ms 500] [--json-response].
+Serves the `count` demo tool exactly as docs/CONTRACTS.md#demo-count specifies it, with
+resumability on: an in-memory event store and a `retry` interval, so cut streams can be
+resumed with `Last-Event-ID`.
+Usage: server.py --bind 127.0.0.1:0 [--retry-ms 500] [--json-response].
 Prints `peer: serving http://127.0.0.1:PORT/mcp` on stdout once listening; logs go to stderr.
 With --stdio it is a stdio MCP server instead (the same tool), for tether's gateway tests.
 """

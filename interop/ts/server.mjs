@@ -1,7 +1,7 @@
 // TypeScript SDK (@modelcontextprotocol/sdk 1.32.2) Streamable HTTP server that tether's tests
-// use as a reference peer. Serves the `count` demo tool exactly as CONTRACTS.md pins it,
-// with sessions and resumability on: one in-memory event store per session and a `retry`
-// interval, so cut streams can be resumed with `Last-Event-ID`.
+// use as a reference peer. Serves the `count` demo tool exactly as docs/CONTRACTS.md#demo-count
+// specifies it, with sessions and resumability on: one in-memory event store per session and a
+// `retry` interval, so cut streams can be resumed with `Last-Event-ID`.
 // Usage: node server.mjs --bind 127.0.0.1:0 [--retry-ms 500] [--json-response]
 // Prints `peer: serving http://127.0.0.1:PORT/mcp` on stdout once listening; logs go to stderr.
 import { randomUUID } from 'node:crypto';

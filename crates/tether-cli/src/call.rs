@@ -1,7 +1,7 @@
 //! `tether call`: one tool call over [`tether::client`], with progress, resumption across
 //! connection cuts and, with `--token-file`, across a killed process (`--resume F`).
 //!
-//! Output (CONTRACTS.md, "`tether call`"): with `--json` every message of the call goes to
+//! Output (docs/CONTRACTS.md#tether-call): with `--json` every message of the call goes to
 //! stdout as one JSON-RPC line, notifications first and the final response last, and nothing
 //! else does; without it, progress is a bar on a terminal (stderr) or plain lines otherwise
 //! (stderr), and the result's text goes to stdout. Reconnects are reported on stderr.
@@ -28,7 +28,7 @@ use tether::proto::jsonrpc::{ErrorObject, Message, Response};
 
 use crate::{UsageError, remote};
 
-/// Exit codes (CONTRACTS.md).
+/// Exit codes (docs/CONTRACTS.md#exit-codes).
 const EXIT_TOOL_ERROR: u8 = 1;
 const EXIT_TRANSPORT: u8 = 3;
 const EXIT_SESSION_EXPIRED: u8 = 4;

@@ -139,8 +139,8 @@ async fn tools_call(url: &str) -> anyhow::Result<()> {
 
 /// `sse-retry` (SEP-1699): the server sends a priming event with `retry: 500` on the call's
 /// stream and closes it; the result arrives only on a GET that resumes it. The waiting and
-/// the `Last-Event-ID` are the library's reconnect loop (CONTRACTS.md, "Client reconnect
-/// timing"); this script only reports the reconnects it saw.
+/// the `Last-Event-ID` are the library's reconnect loop
+/// (docs/CONTRACTS.md#client-reconnect-timing); this script only reports the reconnects it saw.
 async fn sse_retry(url: &str) -> anyhow::Result<()> {
     let client = connect(url, ClientConfig::default()).await?;
     let mut events = client.events();

@@ -1,9 +1,9 @@
 //! The `tether` command: a thin layer over the `tether` library.
 //!
 //! `main` parses arguments, sets up logging (stderr, `RUST_LOG`) and maps the outcome to the
-//! exit codes that `CONTRACTS.md` pins: 0 success, 2 usage error (including a flag value clap
-//! cannot check), 1 any other failure; `call` returns its own codes (3 transport failure,
-//! 4 session expired). Each subcommand lives in its own module and calls the library.
+//! exit codes that docs/CONTRACTS.md#exit-codes pins: 0 success, 2 usage error (including a flag
+//! value clap cannot check), 1 any other failure; `call` returns its own codes (3 transport
+//! failure, 4 session expired). Each subcommand lives in its own module and calls the library.
 
 mod call;
 mod conformance_client;
@@ -16,7 +16,7 @@ use std::{fmt, io::IsTerminal as _, process::ExitCode};
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
-/// Exit code for a usage error (CONTRACTS.md).
+/// Exit code for a usage error (docs/CONTRACTS.md#exit-codes).
 pub(crate) const EXIT_USAGE: u8 = 2;
 
 /// MCP Streamable HTTP whose streams survive disconnects.

@@ -1,7 +1,7 @@
 //! `tether serve`: the built-in demo server, or a gateway to a stdio server (`-- CMD`), over
 //! resumable Streamable HTTP.
 //!
-//! This module turns the flags CONTRACTS.md pins (`tether serve`) into a
+//! This module turns the flags docs/CONTRACTS.md#tether-serve pins into a
 //! [`tether::server::ServerConfig`], binds the listener, prints the one ready line on stdout
 //! (`tether: serving http://HOST:PORT/PATH`, which tests and scripts wait for), and runs
 //! [`Server::serve`] until SIGINT or SIGTERM, then shuts down gracefully and exits 0. It holds
@@ -60,13 +60,13 @@ const ANY_HOST: &str = "*";
 /// The environment variable that names the data directory (the default store's home).
 const DATA_DIR_ENV: &str = "TETHER_DATA_DIR";
 
-/// The default store's file name inside the data directory (CONTRACTS.md).
+/// The default store's file name inside the data directory (docs/CONTRACTS.md#tether-serve).
 const DEFAULT_DB_FILE: &str = "tether.db";
 
 /// How long the runtime may take to drop its remaining tasks after `serve` returned.
 const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
 
-/// Arguments of `tether serve` (CONTRACTS.md, "`tether serve`").
+/// Arguments of `tether serve` (docs/CONTRACTS.md#tether-serve).
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
     /// Address to listen on (`HOST:PORT`); port 0 picks a free port.
@@ -564,7 +564,8 @@ fn endpoint_url(local: SocketAddr, path: &str) -> String {
     format!("http://{local}{path}")
 }
 
-/// Prints the ready line, the only line `serve` ever writes to stdout (CONTRACTS.md).
+/// Prints the ready line, the only line `serve` ever writes to stdout
+/// (docs/CONTRACTS.md#tether-serve).
 fn announce(url: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "tether: serving {url}")

@@ -2,9 +2,10 @@
 //! from the file (401 with `WWW-Authenticate: Bearer` and a JSON-RPC error body otherwise,
 //! `/healthz` stays open); each token's principal sees only its own sessions and streams,
 //! another principal's session id or event id being answered exactly like an unknown one
-//! (CONTRACTS.md); `/metrics` needs a token too; `tether call --bearer-token-file` gets through; a malformed token file is a
-//! usage error (exit 2) that does not print the token; `--max-sessions-per-principal` bounds
-//! each principal's sessions separately.
+//! (docs/CONTRACTS.md#status-table); `/metrics` needs a token too;
+//! `tether call --bearer-token-file` gets through; a malformed token file is a usage error (exit 2)
+//! that does not print the token; `--max-sessions-per-principal` bounds each principal's sessions
+//! separately.
 
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ async fn server(dir: &TempDir) -> anyhow::Result<ServerProcess> {
         .await?)
 }
 
-/// A 401 as CONTRACTS.md pins it.
+/// A 401 as docs/CONTRACTS.md#status-table pins it.
 fn assert_unauthorized(transcript: &Transcript, what: &str) -> anyhow::Result<()> {
     ensure!(
         transcript.status == 401,

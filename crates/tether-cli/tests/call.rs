@@ -1,4 +1,4 @@
-//! `tether call` as a process against `tether serve` (CONTRACTS.md, "`tether call`"): `--json`
+//! `tether call` as a process against `tether serve` (docs/CONTRACTS.md#tether-call): `--json`
 //! output through a fault proxy that cuts connections, a SIGKILL followed by `--resume` that
 //! repeats at most the event being processed at the kill, the exit codes (tool error 1, usage
 //! 2, transport failure 3, session expired 4) and the progress bar under a pseudo-terminal.

@@ -1,6 +1,6 @@
 //! `tether serve` as a process: the ready line, a `count` call over the raw reader, graceful
 //! exit 0 on SIGTERM and SIGINT, `--bind 127.0.0.1:0`, the flags that shape the endpoint,
-//! and `--poll-after-secs` polling (CONTRACTS.md, "`tether serve`"). Authentication is
+//! and `--poll-after-secs` polling (docs/CONTRACTS.md#tether-serve). Authentication is
 //! `auth.rs`'s.
 
 use std::{process::Output, time::Duration};
@@ -34,7 +34,7 @@ async fn run_tether(args: &[&str]) -> anyhow::Result<Output> {
         .context("waiting for tether")
 }
 
-/// Calls `count` with a progress token and checks CONTRACTS.md's shape.
+/// Calls `count` with a progress token and checks the shape of docs/CONTRACTS.md#demo-count.
 async fn count_over(url: &str, n: usize) -> anyhow::Result<()> {
     let mut client = RawClient::new(url)?;
     client.initialize().await?;

@@ -1,6 +1,6 @@
 //! How long a client waits before reconnecting a stream, and when it stops trying.
 //!
-//! This module owns the timing arithmetic of CONTRACTS.md "Client reconnect timing": capped
+//! This module owns the timing arithmetic of docs/CONTRACTS.md#client-reconnect-timing: capped
 //! exponential backoff with full jitter ([`BackoffConfig`]), the server's `retry` honoured
 //! exactly on the first reconnect after a loss and as a floor afterwards
 //! ([`BackoffConfig::delay`]), `Retry-After` as a floor ([`parse_retry_after`]), and the limit
@@ -148,8 +148,8 @@ impl BackoffConfig {
         uniform_up_to(self.step(attempt), rng.next_u64())
     }
 
-    /// The wait before the next connection attempt, exactly as CONTRACTS.md "Client reconnect
-    /// timing" pins it.
+    /// The wait before the next connection attempt, exactly as
+    /// docs/CONTRACTS.md#client-reconnect-timing pins it.
     ///
     /// - `failures == 0` (the first reconnect after a loss): exactly `retry` if the server sent
     ///   one (T81), else exactly [`step(0)`](Self::step), un-jittered. WHATWG's model is a fixed

@@ -7,8 +7,8 @@
 //! requires, with the spec's spellings in [`spelled`] for messages. This module does not own
 //! the `MCP-Protocol-Version` rule ([`crate::version::check_header`]), the `Mcp-Session-Id`
 //! value rules ([`crate::ids::SessionId`]), nor the statuses a failed check maps to (the
-//! server's error mapping, CONTRACTS.md). Multiple field lines of one header must be joined
-//! with `", "` by the caller before they reach this module (RFC 9110 §5.3).
+//! server's error mapping, docs/CONTRACTS.md#status-table). Multiple field lines of one header must
+//! be joined with `", "` by the caller before they reach this module (RFC 9110 §5.3).
 
 use crate::ids::{EventId, EventIdError};
 
@@ -18,10 +18,10 @@ pub const MCP_SESSION_ID: &str = "mcp-session-id";
 pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
 /// `Last-Event-ID`: the cursor a resume GET carries (lowercase form).
 pub const LAST_EVENT_ID: &str = "last-event-id";
-/// `Tether-Node`: which node served a response (CONTRACTS.md, lowercase form).
+/// `Tether-Node`: which node served a response (docs/CONTRACTS.md#tether-serve, lowercase form).
 pub const TETHER_NODE: &str = "tether-node";
 
-/// The header names as the spec and CONTRACTS.md spell them, for error messages and logs.
+/// The header names as the spec and docs/CONTRACTS.md spell them, for error messages and logs.
 ///
 /// On the wire any case is the same header (T46); HTTP/2 and HTTP/3 even require lowercase.
 pub mod spelled {
@@ -59,8 +59,8 @@ fn trim_ows(s: &str) -> &str {
 /// field value, HTTP libraries differ in whether they already stripped them, and an event id
 /// can never contain whitespace, so no valid id is lost. Everything else is the strict
 /// [`EventId`] grammar; any error is answered 400 with `data.reason = "malformed"`
-/// (CONTRACTS.md). An empty value (a client whose last event id string was empty) is malformed
-/// too, since a well-behaved client omits the header then (T87).
+/// (docs/CONTRACTS.md#last-event-id-row). An empty value (a client whose last event id string was
+/// empty) is malformed too, since a well-behaved client omits the header then (T87).
 pub fn parse_last_event_id(value: &str) -> Result<EventId, EventIdError> {
     trim_ows(value).parse()
 }
@@ -144,7 +144,7 @@ impl ResponseKind {
 
 /// Whether the server may send an answer of `kind` to a request with this `Accept` value.
 ///
-/// The lenient server rule (spec digest §6.1 item 10): the answer is acceptable when `Accept`
+/// The lenient server rule (docs/PROTOCOL.md#open-10): the answer is acceptable when `Accept`
 /// accepts its media type, by name or through `*/*` or `type/*`; a client need not list both
 /// types. A missing header accepts anything. Relative preferences (q-values other than 0) do
 /// not change the server's choice of JSON or SSE; q=0 excludes. The caller answers 406 on

@@ -1,6 +1,6 @@
 //! Session, stream and event ids: generation, strict parsing and the `<stream>:<seq>` format.
 //!
-//! This module owns the shapes pinned in CONTRACTS.md ("Event ids"): a [`StreamId`] is 22
+//! This module owns the shapes pinned in docs/CONTRACTS.md#event-ids: a [`StreamId`] is 22
 //! characters of base64url carrying 128 random bits, an [`EventId`] is `<stream>:<seq>` with a
 //! canonical decimal `seq` counting from 0 (the priming event). Because the stream is spelled
 //! inside every event id, the server can find a `Last-Event-ID`'s stream without other state
@@ -154,7 +154,8 @@ impl From<SessionId> for String {
     }
 }
 
-/// Why a received `Mcp-Session-Id` value was refused (the server answers 400, CONTRACTS.md).
+/// Why a received `Mcp-Session-Id` value was refused (the server answers 400,
+/// docs/CONTRACTS.md#status-table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionIdError {
@@ -288,9 +289,9 @@ pub enum StreamIdError {
 /// An SSE event id as tether's server issues it: `<stream>:<seq>`.
 ///
 /// `seq` counts from [`EventId::PRIMING_SEQ`] within its stream; a resume from `n` replays
-/// `seq > n` of `stream` (CONTRACTS.md). The text form is canonical: [`EventId::from_str`]
-/// accepts exactly the strings [`Display`](fmt::Display) produces, so an id maps to one string
-/// and back, and store keys never alias.
+/// `seq > n` of `stream` (docs/CONTRACTS.md#event-ids). The text form is canonical:
+/// [`EventId::from_str`] accepts exactly the strings [`Display`](fmt::Display) produces, so an id
+/// maps to one string and back, and store keys never alias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct EventId {
@@ -388,7 +389,7 @@ impl From<EventId> for String {
 /// Why a string is not an [`EventId`].
 ///
 /// The server answers every variant the same way (400, `data.reason = "malformed"`,
-/// CONTRACTS.md); the variants exist for logs and tests.
+/// docs/CONTRACTS.md#last-event-id-row); the variants exist for logs and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EventIdError {

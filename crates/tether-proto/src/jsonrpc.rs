@@ -2,12 +2,12 @@
 //! into messages, and compact serialization.
 //!
 //! This module owns the envelope: what makes bytes a request, a notification or a response
-//! (spec digest §3.1), the batch rules (§3.2), a typed error for each way a body can fail with
-//! the JSON-RPC error response to send for it, and the few fields the transport routes on
-//! (`initialize`, `params._meta.progressToken`, `notifications/cancelled`). Unknown fields are
-//! kept, so a gateway forwards a message unchanged. It does not own protocol versions (the
-//! caller turns the negotiated version into [`Batching`]), HTTP statuses, body size limits (the
-//! HTTP layer bounds the body before it gets here), or what any method means.
+//! (docs/PROTOCOL.md#jsonrpc-messages), the batch rules (docs/PROTOCOL.md#batching), a typed error
+//! for each way a body can fail with the JSON-RPC error response to send for it, and the few fields
+//! the transport routes on (`initialize`, `params._meta.progressToken`, `notifications/cancelled`).
+//! Unknown fields are kept, so a gateway forwards a message unchanged. It does not own protocol
+//! versions (the caller turns the negotiated version into [`Batching`]), HTTP statuses, body size
+//! limits (the HTTP layer bounds the body before it gets here), or what any method means.
 
 use std::fmt;
 
@@ -503,8 +503,8 @@ pub enum Message {
 }
 
 impl Message {
-    /// Classifies a parsed JSON value (spec digest §3.1): `method` and `id` make a request,
-    /// `method` alone a notification, no `method` and exactly one of `result` or `error` a
+    /// Classifies a parsed JSON value (docs/PROTOCOL.md#jsonrpc-messages): `method` and `id` make a
+    /// request, `method` alone a notification, no `method` and exactly one of `result` or `error` a
     /// response. `"jsonrpc": "2.0"` is required.
     pub fn from_value(value: Value) -> Result<Self, MessageError> {
         classify(value).map_err(|invalid| invalid.error)
@@ -582,7 +582,7 @@ impl fmt::Display for Message {
 
 /// Whether a POST body may be a JSON array of messages.
 ///
-/// Only 2025-03-26 allows batches (spec digest §3.2); the caller derives this from the
+/// Only 2025-03-26 allows batches (docs/PROTOCOL.md#batching); the caller derives this from the
 /// negotiated version so that this module stays free of version types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Batching {

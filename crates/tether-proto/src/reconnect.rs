@@ -3,9 +3,9 @@
 //!
 //! One [`Reconnect`] per server stream (each POST's SSE response, the standalone GET stream).
 //! It owns the stream's cursor (the last event id the application took), the server's `retry`
-//! for this stream (spec digest §6.1 item 4: `retry` is per stream), the count of consecutive
+//! for this stream (docs/PROTOCOL.md#open-4: `retry` is per stream), the count of consecutive
 //! failed attempts and the budget, and the rule that at most one connection attempt is
-//! outstanding at a time (DESIGN.md property 6). It is sans-IO in the quinn-proto style: the
+//! outstanding at a time (docs/DESIGN.md#property-6). It is sans-IO in the quinn-proto style: the
 //! driver feeds what happened through `on_*` methods, passing `now`, and asks what to do next
 //! with [`Reconnect::poll`]; the timing arithmetic lives in [`crate::backoff`].
 //!
@@ -17,8 +17,8 @@
 //!
 //! - A **loss** is a live stream ending before it is finished: a network error, a timeout, the
 //!   idle deadline passing, or a clean end of the body. The spec gives no wire signal telling
-//!   "connection closed" from "stream terminated" (§6.1 item 2), so a clean close of a POST
-//!   stream before its final response is a loss (T85), and so is any close of the standalone
+//!   "connection closed" from "stream terminated" (docs/PROTOCOL.md#open-2), so a clean close of a
+//!   POST stream before its final response is a loss (T85), and so is any close of the standalone
 //!   GET stream.
 //! - A **failed attempt** is a connect that failed (network error, timeout, 429/5xx), or a
 //!   connection that ended without the stream making progress on it.
@@ -30,7 +30,7 @@
 //!
 //! The first reconnect after a loss waits exactly the server's `retry` (T81), else the first
 //! backoff step; each failed attempt after that waits `max(retry, jittered backoff)`, with
-//! `Retry-After` as a floor (CONTRACTS.md "Client reconnect timing").
+//! `Retry-After` as a floor (docs/CONTRACTS.md#client-reconnect-timing).
 
 use std::time::{Duration, Instant};
 
@@ -92,7 +92,7 @@ pub enum StreamKind {
 }
 
 /// What the SSE decoder produced, reported with [`Reconnect::on_event`] once the application
-/// has taken the message (DESIGN.md property 5: process, then commit).
+/// has taken the message (docs/DESIGN.md#property-5: process, then commit).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Event<'a> {
     /// The event's `id` field: `None` if it had none (the cursor stays, T113), `Some("")` if
@@ -148,7 +148,7 @@ impl<'a> Event<'a> {
     }
 }
 
-/// Why a connection attempt failed or a live stream ended (DESIGN.md "Client").
+/// Why a connection attempt failed or a live stream ended (docs/DESIGN.md#client).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
     /// Connect error, connection reset, read error.
@@ -158,7 +158,7 @@ pub enum Failure {
     /// No bytes, not even keep-alive comments, until [`Reconnect::idle_deadline`]: half-open.
     Idle,
     /// The response body ended cleanly. Not the end of the stream unless its final response
-    /// was seen (§6.1 item 2, T85).
+    /// was seen (docs/PROTOCOL.md#open-2, T85).
     CleanClose,
     /// The attempt was answered with this status instead of `200 text/event-stream`.
     ///

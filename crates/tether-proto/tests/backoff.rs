@@ -1,5 +1,5 @@
 //! Backoff arithmetic, `retry` and `Retry-After` handling, and budgets
-//! (CONTRACTS.md "Client reconnect timing"; spec digest T81, T82).
+//! (docs/CONTRACTS.md#client-reconnect-timing; docs/PROTOCOL.md T81, T82).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Header handling: `Accept` (T19, T25, T26, spec digest §6.1 item 10), `Content-Type` (T6,
+//! Header handling: `Accept` (T19, T25, T26, docs/PROTOCOL.md#open-10), `Content-Type` (T6,
 //! T20), `MCP-Protocol-Version` and negotiation (T50–T52), `Last-Event-ID` (T65, T87) and
 //! header names (T46).
 
@@ -198,7 +198,7 @@ fn accept_media_type_argument_may_carry_parameters() {
     assert!(accepts(JSON, "application/json; charset=utf-8"));
 }
 
-// ----- Accept: the lenient server (spec digest §6.1 item 10) -------------------------------
+// ----- Accept: the lenient server (docs/PROTOCOL.md#open-10) -------------------------------
 
 #[test]
 fn server_accepts_json_answer_when_client_lists_json_only() {
@@ -361,8 +361,8 @@ fn version_header_supported_is_accepted() {
     );
 }
 
-/// CONTRACTS.md: a supported version that differs from the session's is accepted; the
-/// session's version stays in force (priming keeps following the negotiated version).
+/// docs/CONTRACTS.md#negotiated-version: a supported version that differs from the session's is
+/// accepted; the session's version stays in force (priming keeps following the negotiated version).
 #[test]
 fn version_header_different_from_session_is_accepted_and_session_version_stays() {
     let session = negotiate("2025-11-25");

@@ -1,5 +1,5 @@
 //! Session, stream and event ids: generation (T35, T36), the strict `<stream>:<seq>` grammar
-//! (T65, CONTRACTS.md "Event ids") and serde forms.
+//! (T65, docs/CONTRACTS.md#event-ids) and serde forms.
 
 use std::collections::HashSet;
 

@@ -1,5 +1,5 @@
 //! Behaviour of the JSON-RPC envelope: classification, batch rules, error codes and exact
-//! round trips. Checklist numbers (T…) refer to the spec digest's test checklist.
+//! round trips. Checklist numbers (T…) are the rules of docs/PROTOCOL.md#checklist.
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -147,7 +147,7 @@ fn request_id_serde_round_trip_rejects_floats() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Classification (spec digest §3.1)
+// Classification (docs/PROTOCOL.md#jsonrpc-messages)
 
 #[test]
 fn method_and_id_make_a_request() {

@@ -1,5 +1,6 @@
-//! The per-stream reconnect machine, driven with virtual time (spec digest §5.H T79–T88,
-//! §6.1 items 2, 4, 15; CONTRACTS.md "Client reconnect timing"; DESIGN.md property 6).
+//! The per-stream reconnect machine, driven with virtual time (docs/PROTOCOL.md#checklist-h
+//! T79–T88, open questions 2, 4 and 15 of docs/PROTOCOL.md#open-questions;
+//! docs/CONTRACTS.md#client-reconnect-timing; docs/DESIGN.md#property-6).
 
 use std::time::{Duration, Instant};
 
@@ -88,7 +89,7 @@ fn expect_give_up<R: RandomSource>(m: &mut Reconnect<R>, now: Instant) -> GiveUp
 }
 
 // ---------------------------------------------------------------------------------------
-// Cursor: T79, T80, T83, T84, T87, T112, T113, §6.1 item 15
+// Cursor: T79, T80, T83, T84, T87, T112, T113, docs/PROTOCOL.md#open-15
 
 #[test]
 fn a_cut_post_stream_resumes_by_get_with_its_last_event_id_t80() {
@@ -386,7 +387,7 @@ fn resuming_from_a_persisted_cursor_connects_at_once_with_it() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Timing: T81, T82, CONTRACTS.md "Client reconnect timing"
+// Timing: T81, T82, docs/CONTRACTS.md#client-reconnect-timing
 
 #[test]
 fn the_first_reconnect_after_a_loss_waits_exactly_the_servers_retry_t81() {
@@ -542,7 +543,7 @@ fn server_errors_back_off_and_keep_the_cursor() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Finishing: T85, §6.1 item 2, statuses (T88, T117, 404)
+// Finishing: T85, docs/PROTOCOL.md#open-2, statuses (T88, T117, 404)
 
 #[test]
 fn a_clean_close_before_the_final_response_is_a_loss_t85() {
@@ -641,7 +642,7 @@ fn status_405_on_the_resume_get_gives_up_as_not_resumable_t88() {
         },
     );
     assert_eq!(expect_give_up(&mut m, when), GiveUpReason::NotResumable);
-    // The error is typed and prints short and lower-case (STYLE.md §3).
+    // The error is typed and prints short and lower-case (docs/CONTRIBUTING.md#errors).
     assert_eq!(
         GiveUpReason::NotResumable.to_string(),
         "stream not resumable"
@@ -1032,7 +1033,7 @@ fn an_idle_timeout_of_duration_max_disables_the_deadline() {
 }
 
 // ---------------------------------------------------------------------------------------
-// One attempt at a time (DESIGN.md property 6) and defensive inputs
+// One attempt at a time (docs/DESIGN.md#property-6) and defensive inputs
 
 #[test]
 fn connect_is_emitted_once_per_attempt_and_never_while_one_is_outstanding() {

@@ -1,4 +1,4 @@
-//! The spec digest's SSE parser checklist (T101–T117) and the examples of WHATWG HTML
+//! The SSE parser rules of docs/PROTOCOL.md#checklist-k (T101–T117) and the examples of WHATWG HTML
 //! "Interpreting an event stream", one test each, asserting the exact items a reader sees.
 
 use tether_sse::{Decoder, Event, FailReason, Item, ResponseAction, classify_response};

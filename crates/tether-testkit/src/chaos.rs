@@ -3,7 +3,7 @@
 //! delivered sequence checked against the only correct answers.
 //!
 //! For every call of `count {n}` the application must see progress 1..n, each once and in
-//! order, then the result `counted n` (DESIGN.md property 1); or, when the call failed with a
+//! order, then the result `counted n` (docs/DESIGN.md#property-1); or, when the call failed with a
 //! typed error, a gap-free prefix 1..k (property 2: no silent gap). Half of the workers call
 //! through tether's client library ([`tether::client::Client::call_tool`]), which resumes on
 //! its own; the other half use the [raw reader](crate::raw), which does its own GET +

@@ -2,7 +2,7 @@
 //! same convention — as a child process, learns its URL from the ready line, and owns the
 //! process until the test drops it.
 //!
-//! The convention (CONTRACTS.md, `tether serve`): the program takes `--bind ADDR` and, once
+//! The convention (docs/CONTRACTS.md#tether-serve): the program takes `--bind ADDR` and, once
 //! listening, prints one stdout line `<name>: serving <url>` (`tether: serving
 //! http://127.0.0.1:PORT/mcp`, `peer: serving http://…`). Everything after that goes to a
 //! bounded ring of recent output lines that a failing test can print ([`ServerProcess::logs`]);

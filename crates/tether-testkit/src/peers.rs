@@ -331,7 +331,7 @@ pub fn conformance() -> anyhow::Result<PeerCommand> {
 
 /// The reference server `@modelcontextprotocol/server-everything streamableHttp`, run by
 /// Node 22. It listens on env `PORT` (default 3001) on all interfaces and prints no ready line
-/// of ours: confine it (see peers.md) before starting it.
+/// of ours: confine it (see docs/PEERS.md#confine) before starting it.
 ///
 /// # Errors
 ///

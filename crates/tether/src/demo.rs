@@ -2,7 +2,7 @@
 //! and the `logging` capability.
 //!
 //! `count` is the tool every resumability test and benchmark drives, so its behaviour is pinned
-//! by CONTRACTS.md ("Demo tool `count`"): n progress notifications (or, without a progress
+//! by docs/CONTRACTS.md#demo-count: n progress notifications (or, without a progress
 //! token, n log messages), then the text `counted n`. This module owns the demo's tools and
 //! their argument rules; it knows nothing about HTTP, sessions or streams — everything it emits
 //! goes through the [`RequestContext`], like any user's handler.
@@ -30,15 +30,15 @@ use crate::server::{ContextError, Handler, LogLevel, RequestContext, ServerInfo}
 
 pub mod conformance;
 
-/// Largest `n` that `count` accepts (CONTRACTS.md). Ten million events is far beyond any test
-/// or benchmark (a million already takes seconds), and the bound keeps one call from keeping a
-/// session busy for hours or making a durable store write without end.
+/// Largest `n` that `count` accepts (docs/CONTRACTS.md#demo-count). Ten million events is far
+/// beyond any test or benchmark (a million already takes seconds), and the bound keeps one call
+/// from keeping a session busy for hours or making a durable store write without end.
 pub const MAX_COUNT: u64 = 10_000_000;
 
 /// `serverInfo.name` of the demo server.
 pub const SERVER_NAME: &str = "tether-demo";
 
-/// The logger name `count` uses for its log messages (CONTRACTS.md).
+/// The logger name `count` uses for its log messages (docs/CONTRACTS.md#demo-count).
 const COUNT_LOGGER: &str = "count";
 
 /// `count` yields to the scheduler after this many events when it does not sleep between
@@ -223,7 +223,7 @@ fn non_negative_integer(name: &str, value: &Value) -> Result<u64, String> {
     }
 }
 
-/// Runs `count` (CONTRACTS.md): events 1..=n, then `counted n`.
+/// Runs `count` (docs/CONTRACTS.md#demo-count): events 1..=n, then `counted n`.
 async fn count(args: CountArgs, context: &RequestContext) -> Result<Value, ErrorObject> {
     let CountArgs { n, interval } = args;
     let with_progress = context.progress_token().is_some();

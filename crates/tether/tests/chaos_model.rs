@@ -1,4 +1,4 @@
-//! Model-based tests of the two halves of "exactly once, in order" (DESIGN.md property 1):
+//! Model-based tests of the two halves of "exactly once, in order" (docs/DESIGN.md#property-1):
 //!
 //! - the server's stream, as the [`EventStore`] keeps it (memory and SQLite): seeded random
 //!   interleavings of create, append, complete, read-with-cut-and-resume (a reader takes a

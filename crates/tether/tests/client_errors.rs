@@ -112,7 +112,7 @@ fn http_method_get() -> axum::http::Method {
     axum::http::Method::GET
 }
 
-/// CONTRACTS.md "Client reconnect timing": the first reconnect after a loss waits exactly the
+/// docs/CONTRACTS.md#client-reconnect-timing: the first reconnect after a loss waits exactly the
 /// server's last `retry`; after a failed reconnect the wait is max(`retry`, backoff). The
 /// server sends `retry: 500` and ends the stream after the first progress event; its first
 /// resume GET must arrive 450–1000 ms later (measured at the server; the conformance suite's
@@ -180,10 +180,10 @@ async fn reconnects_wait_the_servers_retry() {
     );
 }
 
-/// CONTRACTS.md: a resume whose events are gone gets 400 with -32000 and `data.reason`; the
-/// call fails with `EventsUnavailable` naming it. The store keeps 8 events per session, and
-/// the stream is cut once early; by the time the client resumes (`retry` 500 ms, 10 ms per
-/// progress) the cursor's events have been evicted.
+/// docs/CONTRACTS.md#last-event-id-row: a resume whose events are gone gets 400 with -32000 and
+/// `data.reason`; the call fails with `EventsUnavailable` naming it. The store keeps 8 events per
+/// session, and the stream is cut once early; by the time the client resumes (`retry` 500 ms, 10 ms
+/// per progress) the cursor's events have been evicted.
 #[tokio::test]
 async fn a_resume_of_evicted_events_fails_with_events_unavailable_expired() {
     let config = ServerConfig {

@@ -567,9 +567,9 @@ async fn without_platform_roots_http_and_extra_roots_still_work() {
 // ---- a server this client cannot speak to ------------------------------------------------
 
 /// A server that speaks only 2026-07-28 refuses the `initialize` POST with 400 and
-/// `-32022` UnsupportedProtocolVersion listing what it supports (spec digest §1.7, §3.3):
-/// `connect` fails with `UnsupportedVersion` naming that version, after that one POST (no
-/// legacy probe, no retry).
+/// `-32022` UnsupportedProtocolVersion listing what it supports (docs/PROTOCOL.md#stateless-http,
+/// docs/PROTOCOL.md#error-codes): `connect` fails with `UnsupportedVersion` naming that version,
+/// after that one POST (no legacy probe, no retry).
 #[tokio::test]
 async fn a_server_speaking_only_2026_07_28_is_refused_with_unsupported_version() {
     let refuse = |body: axum::Json<Value>| async move {

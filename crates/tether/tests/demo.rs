@@ -1,11 +1,11 @@
 //! The built-in demo server (`tether::demo::DemoHandler`) over a real socket, driven by the
 //! test kit's raw reader so that every notification is seen exactly as the server sent it.
 //!
-//! Covers CONTRACTS.md "Demo tool `count`" (progress 1..n with total and token, or log
+//! Covers docs/CONTRACTS.md#demo-count (progress 1..n with total and token, or log
 //! messages without a token, then `counted n`), `logging/setLevel` filtering, `echo`,
 //! `tools/list`, and the demo's error choices: argument errors are `isError` tool results
 //! (MCP 2025-11-25 server/tools, "Error Handling"), unknown tools are -32602, unknown methods
-//! -32601. Spec-digest T8 (the SSE answer carries the response) and T13 (progress on the POST
+//! -32601. docs/PROTOCOL.md T8 (the SSE answer carries the response) and T13 (progress on the POST
 //! stream carries the request's token) are exercised along the way.
 
 use std::{sync::Arc, time::Duration};
@@ -370,7 +370,7 @@ async fn initialize_reports_demo_server_info() -> TestResult {
     Ok(())
 }
 
-/// Spec-digest T16: `notifications/cancelled` stops `count`, and no response is sent for it.
+/// docs/PROTOCOL.md T16: `notifications/cancelled` stops `count`, and no response is sent for it.
 #[tokio::test]
 async fn cancelled_count_stops_without_a_response() -> TestResult {
     let server = DemoServer::start().await;

@@ -1,7 +1,8 @@
 //! Cuts and resumes of one POST stream, over real sockets with the raw reader: the client
 //! drops the connection at every position of a `count`-shaped stream and resumes with
 //! `GET` + `Last-Event-ID`; what it gets must be exactly the events it missed, then the
-//! result, contiguous and once each (DESIGN.md property 1). Spec-digest T-numbers per test.
+//! result, contiguous and once each (docs/DESIGN.md#property-1). docs/PROTOCOL.md rule numbers (T…)
+//! per test.
 
 mod resume_support;
 
@@ -260,8 +261,8 @@ async fn resuming_twice_with_the_same_id_replays_the_same_events() {
     assert_exact_count(&all, stream, id, &token, 8);
 }
 
-/// CONTRACTS.md: a GET for a stream that already has a live connection replaces it — the
-/// POST's own connection, then an earlier resume — and each event goes out on the newest
+/// docs/CONTRACTS.md#second-get: a GET for a stream that already has a live connection replaces it
+/// — the POST's own connection, then an earlier resume — and each event goes out on the newest
 /// connection only.
 #[tokio::test]
 async fn a_second_get_for_the_same_stream_replaces_the_older_connection() {

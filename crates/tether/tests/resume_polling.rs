@@ -1,7 +1,7 @@
 //! Server-initiated close (SEP-1699 "polling", MCP 2025-11-25): a handler's
 //! `RequestContext::close_connection` and `ServerConfig::poll_after` end a connection after a
 //! `retry` field without ending its stream; the client's resume after `retry` continues it to
-//! the result. Real sockets, raw reader. Spec-digest T-numbers per test.
+//! the result. Real sockets, raw reader. docs/PROTOCOL.md rule numbers (T…) per test.
 
 mod resume_support;
 

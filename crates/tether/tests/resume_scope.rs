@@ -1,7 +1,8 @@
 //! Which events a `Last-Event-ID` can reach, and which ids are refused: only its own stream,
-//! only to its own session; malformed, unknown, foreign and expired ids get CONTRACTS.md's
-//! 400 with `data.reason`, never a 200 with a silent gap; priming events follow the session's
-//! negotiated version. Real sockets, raw reader. Spec-digest T-numbers per test.
+//! only to its own session; malformed, unknown, foreign and expired ids get the
+//! 400 of docs/CONTRACTS.md#last-event-id-row with `data.reason`, never a 200 with a silent gap;
+//! priming events follow the session's negotiated version. Real sockets, raw reader.
+//! docs/PROTOCOL.md rule numbers (T…) per test.
 
 mod resume_support;
 
@@ -127,7 +128,7 @@ async fn another_streams_id_of_the_same_session_replays_only_that_stream() {
     assert!(more.is_none(), "nothing else: {more:?}");
 }
 
-/// CONTRACTS.md `Last-Event-ID` row: ids that are not tether's shape are 400 `malformed`;
+/// docs/CONTRACTS.md#last-event-id-row: ids that are not tether's shape are 400 `malformed`;
 /// well-formed ids of no stream, or with a seq this stream never issued, are `unknown`. The
 /// session works on afterwards.
 #[tokio::test]
@@ -186,9 +187,9 @@ async fn unusable_ids_are_refused_with_their_reason() {
     assert_eq!(messages(&t)[0].1["id"], id);
 }
 
-/// CONTRACTS.md, issue 5: a completed stream stays resumable for the store's retention, then
-/// its id is 400 `expired` for its own session (no silent gap) — and still `unknown` for
-/// another session, which must not learn that it existed.
+/// docs/CONTRACTS.md#last-event-id-row (issue 5): a completed stream stays resumable for the
+/// store's retention, then its id is 400 `expired` for its own session (no silent gap) — and still
+/// `unknown` for another session, which must not learn that it existed.
 #[tokio::test]
 async fn resume_after_retention_expired_is_400_expired() {
     let store = MemoryStoreConfig {

@@ -1,6 +1,6 @@
 //! `count` end to end over raw HTTP: progress 1..n in order then the result, on POST SSE and
 //! in JSON mode; many sessions with concurrent requests, each stream getting exactly its own
-//! events; a disconnect that does not cancel. Spec-digest T-numbers per test.
+//! events; a disconnect that does not cancel. docs/PROTOCOL.md rule numbers (T…) per test.
 
 mod server_support;
 
@@ -35,7 +35,7 @@ async fn count_delivers_progress_in_order_then_the_result_over_sse() {
     }
 }
 
-/// CONTRACTS.md `count`: without a progress token, n `notifications/message` at level info
+/// docs/CONTRACTS.md#demo-count: without a progress token, n `notifications/message` at level info
 /// (filtered by `logging/setLevel`).
 #[tokio::test]
 async fn count_without_token_logs_and_respects_the_log_level() {

@@ -1,6 +1,6 @@
 //! Server→client requests and cancellation over raw HTTP: a handler's request goes out on the
 //! originating POST stream, the client answers with a POST (202), the handler gets the answer;
-//! `notifications/cancelled` stops a handler with no response sent. Spec-digest T-numbers
+//! `notifications/cancelled` stops a handler with no response sent. docs/PROTOCOL.md rule numbers
 //! per test.
 
 mod server_support;

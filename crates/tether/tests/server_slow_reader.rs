@@ -1,4 +1,4 @@
-//! A slow reader cannot make the server buffer without bound (DESIGN.md property 4): what a
+//! A slow reader cannot make the server buffer without bound (docs/DESIGN.md#property-4): what a
 //! session retains is bounded by the store's per-session cap, asserted through the store's
 //! accounting, not RSS. When the reader falls behind what the cap keeps, its stream ends and a
 //! resume is told `expired` (no silent gap, property 2).

@@ -1,6 +1,6 @@
-//! CONTRACTS.md's status table, row by row, against a real server over raw HTTP: each refusal
-//! has its status and JSON-RPC error body (`id` null), carries `Tether-Node`, and leaves the
-//! session working. Spec-digest T-numbers are cited per test.
+//! The status table of docs/CONTRACTS.md#status-table, row by row, against a real server over raw
+//! HTTP: each refusal has its status and JSON-RPC error body (`id` null), carries `Tether-Node`,
+//! and leaves the session working. docs/PROTOCOL.md rule numbers (T…) are cited per test.
 
 mod server_support;
 
@@ -297,7 +297,7 @@ async fn missing_session_id_is_400() {
     assert_session_works(&mut client).await;
 }
 
-/// T35, CONTRACTS.md: a session id that is not visible ASCII is 400 -32600.
+/// T35, docs/CONTRACTS.md#status-table: a session id that is not visible ASCII is 400 -32600.
 #[tokio::test]
 async fn malformed_session_id_is_400() {
     let server = TestServer::start(ServerConfig::default()).await;
@@ -348,9 +348,9 @@ async fn unknown_session_is_404() {
     assert_session_works(&mut client).await;
 }
 
-/// T51, T52, CONTRACTS.md: an unsupported `MCP-Protocol-Version` is 400 -32600 listing the
-/// supported versions (a 2026-07-28 client without a session gets the same and can fall back
-/// to initialize); a missing header or another supported version is accepted.
+/// T51, T52, docs/CONTRACTS.md#status-table: an unsupported `MCP-Protocol-Version` is 400 -32600
+/// listing the supported versions (a 2026-07-28 client without a session gets the same and can fall
+/// back to initialize); a missing header or another supported version is accepted.
 #[tokio::test]
 async fn unsupported_protocol_version_is_400_with_supported_list() {
     let server = TestServer::start(ServerConfig::default()).await;
@@ -402,9 +402,9 @@ async fn unsupported_protocol_version_is_400_with_supported_list() {
     assert_session_works(&mut client).await;
 }
 
-/// CONTRACTS.md 406 row, spec digest §6.1 item 10: `Accept` is lenient — a client accepting
-/// only JSON gets JSON, `*/*` or no `Accept` gets the default — and 406 only when neither
-/// answer is acceptable.
+/// docs/CONTRACTS.md#status-table, 406 row, docs/PROTOCOL.md#open-10: `Accept` is lenient — a
+/// client accepting only JSON gets JSON, `*/*` or no `Accept` gets the default — and 406 only when
+/// neither answer is acceptable.
 #[tokio::test]
 async fn post_accept_is_lenient_and_406_when_nothing_fits() {
     let server = TestServer::start(ServerConfig::default()).await;
@@ -466,7 +466,8 @@ async fn post_accept_is_lenient_and_406_when_nothing_fits() {
     assert_session_works(&mut client).await;
 }
 
-/// T25, CONTRACTS.md 406 row: a GET whose `Accept` excludes `text/event-stream` is 406.
+/// T25, docs/CONTRACTS.md#status-table, 406 row: a GET whose `Accept` excludes `text/event-stream`
+/// is 406.
 #[tokio::test]
 async fn get_without_event_stream_accept_is_406() {
     let server = TestServer::start(ServerConfig::default()).await;
@@ -486,7 +487,8 @@ async fn get_without_event_stream_accept_is_406() {
     assert_session_works(&mut client).await;
 }
 
-/// T20, CONTRACTS.md 415 row: POST without `Content-Type: application/json` is 415.
+/// T20, docs/CONTRACTS.md#status-table, 415 row: POST without `Content-Type: application/json` is
+/// 415.
 #[tokio::test]
 async fn wrong_content_type_is_415() {
     let server = TestServer::start(ServerConfig::default()).await;
@@ -601,7 +603,8 @@ async fn bad_host_is_403() {
     assert_refused(&t, 403, -32600, &server.node_id);
 }
 
-/// CONTRACTS.md 413 row: a body over the limit is 413, whether declared or streamed.
+/// docs/CONTRACTS.md#status-table, 413 row: a body over the limit is 413, whether declared or
+/// streamed.
 #[tokio::test]
 async fn body_over_the_limit_is_413() {
     let config = ServerConfig {
@@ -640,8 +643,8 @@ async fn body_over_the_limit_is_413() {
     assert_session_works(&mut client).await;
 }
 
-/// CONTRACTS.md 503 row: initialize beyond `max_sessions` is 503 with `Retry-After`; after a
-/// DELETE frees a place, initialize works again.
+/// docs/CONTRACTS.md#status-table, 503 row: initialize beyond `max_sessions` is 503 with
+/// `Retry-After`; after a DELETE frees a place, initialize works again.
 #[tokio::test]
 async fn too_many_sessions_is_503_with_retry_after() {
     let config = ServerConfig {
@@ -668,8 +671,8 @@ async fn too_many_sessions_is_503_with_retry_after() {
     assert_session_works(&mut third).await;
 }
 
-/// CONTRACTS.md 429 row: a request beyond the session's concurrency limit is 429 with
-/// `Retry-After`; the running one is unaffected, and once it ends requests work again.
+/// docs/CONTRACTS.md#status-table, 429 row: a request beyond the session's concurrency limit is 429
+/// with `Retry-After`; the running one is unaffected, and once it ends requests work again.
 #[tokio::test]
 async fn too_many_concurrent_requests_is_429_with_retry_after() {
     let config = ServerConfig {
@@ -708,7 +711,7 @@ async fn too_many_concurrent_requests_is_429_with_retry_after() {
     assert_session_works(&mut client).await;
 }
 
-/// CONTRACTS.md `Last-Event-ID` row: malformed → 400 -32000 `malformed`; a well-formed id of
+/// docs/CONTRACTS.md#last-event-id-row: malformed → 400 -32000 `malformed`; a well-formed id of
 /// no stream, or of another session's stream, → `unknown` (T76, T77).
 #[tokio::test]
 async fn unusable_last_event_id_is_400_with_reason() {
@@ -786,7 +789,7 @@ async fn delete_ends_the_session() {
     assert_eq!(usage.events, 0, "{usage:?}");
 }
 
-/// CONTRACTS.md 405 row, T29: with GET streams turned off, GET is 405 with
+/// docs/CONTRACTS.md#status-table, 405 row, T29: with GET streams turned off, GET is 405 with
 /// `Allow: POST, DELETE` and an empty body.
 #[tokio::test]
 async fn get_disabled_is_405_with_allow() {
@@ -965,7 +968,7 @@ async fn graceful_shutdown_closes_streams_with_retry() {
     );
 }
 
-/// CONTRACTS.md: a quiet stream gets a keep-alive comment every `keepalive`.
+/// docs/CONTRACTS.md#keep-alive: a quiet stream gets a keep-alive comment every `keepalive`.
 #[tokio::test]
 async fn quiet_streams_get_keepalive_comments() {
     let config = ServerConfig {

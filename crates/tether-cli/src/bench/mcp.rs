@@ -3,8 +3,8 @@
 //!
 //! It is not tether's client (no reconnects, no deduplication): a bench must see exactly
 //! what the server sent, and a lost event must fail the run rather than be papered over. It
-//! speaks to any MCP server with the `count` tool of CONTRACTS.md (tether, the SDK peers),
-//! so it treats event ids as opaque and checks the progress values 1..n and the final
+//! speaks to any MCP server with the `count` tool of docs/CONTRACTS.md#demo-count (tether, the SDK
+//! peers), so it treats event ids as opaque and checks the progress values 1..n and the final
 //! `counted n` instead.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,6 +1,6 @@
 //! `tether bench`: a load generator for MCP Streamable HTTP servers with the `count` tool of
-//! CONTRACTS.md (tether's demo, the SDK peers in `interop/`), and the measurements behind
-//! `docs/PERFORMANCE.md`.
+//! docs/CONTRACTS.md#demo-count (tether's demo, the SDK peers in `interop/`), and the measurements
+//! behind `docs/PERFORMANCE.md`.
 //!
 //! The bench is a process of its own that reaches the server by URL (`--url`), or starts
 //! `tether serve --bind 127.0.0.1:0 --store memory` beside itself (`--spawn`, the default

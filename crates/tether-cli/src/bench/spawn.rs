@@ -12,7 +12,7 @@ use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// The line `tether serve` prints once listening (CONTRACTS.md), before the URL.
+/// The line `tether serve` prints once listening (docs/CONTRACTS.md#tether-serve), before the URL.
 const READY_PREFIX: &str = "tether: serving ";
 
 /// How long a spawned server may take to exit after SIGTERM before it is killed.

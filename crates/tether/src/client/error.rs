@@ -40,7 +40,8 @@ pub enum Error {
     #[error("server has no standalone stream")]
     NoStandaloneStream,
     /// The server refused the resume cursor (400, JSON-RPC -32000): `reason` is its
-    /// `data.reason`, e.g. `expired`, `unknown` or `malformed` (CONTRACTS.md).
+    /// `data.reason`, e.g. `expired`, `unknown` or `malformed`
+    /// (docs/CONTRACTS.md#last-event-id-row).
     #[error("events unavailable: {reason}")]
     EventsUnavailable {
         /// The server's `data.reason`.

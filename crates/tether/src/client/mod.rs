@@ -5,9 +5,9 @@
 //! [`Client::server_messages`] opens the standalone GET stream; [`Client::close`] ends the
 //! session with DELETE. Every SSE stream is driven by its own task around
 //! [`tether_proto::reconnect::Reconnect`]: lost connections are resumed with GET +
-//! `Last-Event-ID` on CONTRACTS.md's timing, replayed events are deduplicated, and each
-//! message reaches the application once, in order. The commit rule (process, then commit) is
-//! documented on [`MessageStream`] and in the `stream` module.
+//! `Last-Event-ID` on the timing of docs/CONTRACTS.md#client-reconnect-timing, replayed events are
+//! deduplicated, and each message reaches the application once, in order. The commit rule (process,
+//! then commit) is documented on [`MessageStream`] and in the `stream` module.
 //!
 //! Statuses: a 404 means the session is gone: the client re-initializes (same capabilities),
 //! emits [`ClientEvent`]s, and fails the requests that were in flight with
@@ -774,8 +774,8 @@ impl Inner {
     }
 
     /// Why `initialize` was refused: a server naming only versions we do not speak, a server
-    /// of the old HTTP+SSE transport (spec digest §2.2: 400/404/405, then a GET whose first
-    /// event is `endpoint`), or a plain status error.
+    /// of the old HTTP+SSE transport (docs/PROTOCOL.md#legacy-fallback: 400/404/405, then a GET
+    /// whose first event is `endpoint`), or a plain status error.
     async fn initialize_refused(&self, failed: Failed) -> Error {
         if let Some(error) = failed
             .rpc_error()

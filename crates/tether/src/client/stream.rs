@@ -7,7 +7,7 @@
 //! event itself), and hands each message to the application through a bounded channel. When
 //! the connection is lost before the stream is finished it asks the machine when and how to
 //! reconnect (GET + `Last-Event-ID`); it is the only task touching its machine, so at most one
-//! reconnect per stream is ever in flight (DESIGN.md property 6).
+//! reconnect per stream is ever in flight (docs/DESIGN.md#property-6).
 //!
 //! # Process, then commit
 //!
@@ -17,7 +17,7 @@
 //! moves to message k's id when the application calls [`MessageStream::next`] again (having
 //! processed k) or [`MessageStream::ack`]s it, and every commit that changes it fires the
 //! resumption-token callback. A crash while processing k therefore leaves a token that
-//! resumes before k, and k is delivered again (DESIGN.md property 5). An id that carries no
+//! resumes before k, and k is delivered again (docs/DESIGN.md#property-5). An id that carries no
 //! message (a priming event) is committed as soon as the application asks for the next
 //! message past it.
 
@@ -671,7 +671,8 @@ impl Driver {
             return Ok(());
         }
         // T84: a priming event (or any empty data) is never JSON-parsed; its id still counts.
-        // Only `message` events (the WHATWG default type) carry JSON-RPC (§6.1 item 11).
+        // Only `message` events (the WHATWG default type) carry JSON-RPC
+        // (docs/PROTOCOL.md#open-11).
         let message = if event.data().is_empty() || event.event_type() != "message" {
             None
         } else {

@@ -6,7 +6,7 @@
 //! Headers: every POST carries `Accept: application/json, text/event-stream` and
 //! `Content-Type: application/json` (T19, T20); every request carries `Mcp-Session-Id` once
 //! the server gave one and `MCP-Protocol-Version` once a version was negotiated, GET and
-//! DELETE included (T86); `initialize` carries no version header (spec digest §6.1 item 9).
+//! DELETE included (T86); `initialize` carries no version header (docs/PROTOCOL.md#open-9).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -77,7 +77,8 @@ impl Failed {
         value.get("error").cloned()
     }
 
-    /// CONTRACTS.md: 400 with -32000 and `data.reason` for an unusable `Last-Event-ID`.
+    /// docs/CONTRACTS.md#last-event-id-row: 400 with -32000 and `data.reason` for an unusable
+    /// `Last-Event-ID`.
     pub(crate) fn events_unavailable_reason(&self) -> Option<String> {
         let error = self.rpc_error()?;
         (self.status == 400 && error.get("code")?.as_i64()? == -32000)

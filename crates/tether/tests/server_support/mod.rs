@@ -38,7 +38,7 @@ pub struct Observed {
 /// The handler of the server tests:
 ///
 /// - `tools/call` `count {n, interval_ms}`: progress 1..n with the request's token (log
-///   messages without one), then `counted n` (CONTRACTS.md's demo tool).
+///   messages without one), then `counted n` (the demo tool of docs/CONTRACTS.md#demo-count).
 /// - `tools/call` `echo {text}`.
 /// - `tools/call` `ask {question}`: a server→client `sampling/createMessage` request on the
 ///   call's stream; returns `client said <text>` from the answer, or `client refused <message>`.

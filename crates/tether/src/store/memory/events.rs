@@ -373,7 +373,7 @@ impl Shared {
             return Err(self.gone_for_reader(owner, stream));
         };
         // MCP 2025-11-25 transports: a server MUST NOT replay another stream's messages, and
-        // a foreign stream must look like no stream at all (CONTRACTS.md).
+        // a foreign stream must look like no stream at all (docs/CONTRACTS.md#last-event-id-row).
         if shard.session != owner.session {
             return Err(StoreError::UnknownStream);
         }
