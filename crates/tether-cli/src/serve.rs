@@ -41,7 +41,7 @@ use tether::{
     demo::{DemoHandler, conformance::ConformanceHandler},
     gateway::{GatewayConfig, StdioGateway},
     server::{Authenticator, BearerTokens, Handler, Server, ServerConfig},
-    store::{EventStore, MemoryStoreConfig, SessionStore, redis, sqlite},
+    store::{StoreLimits, Stores, redis, sqlite},
 };
 use tokio::{net::TcpListener, sync::oneshot};
 use tracing::{error, info};
@@ -176,19 +176,19 @@ pub(crate) struct ServeArgs {
 
     /// Events a session may retain at most (all its streams); the oldest are evicted first,
     /// and a resume that needed them gets `expired`.
-    #[arg(long, value_name = "N", default_value_t = MemoryStoreConfig::DEFAULT_MAX_EVENTS_PER_SESSION, value_parser = parse_positive_usize)]
+    #[arg(long, value_name = "N", default_value_t = StoreLimits::DEFAULT_MAX_EVENTS_PER_SESSION, value_parser = parse_positive_usize)]
     max_events_per_session: usize,
 
     /// Bytes of events a session may retain at most.
-    #[arg(long, value_name = "BYTES", default_value_t = MemoryStoreConfig::DEFAULT_MAX_BYTES_PER_SESSION, value_parser = parse_positive_usize)]
+    #[arg(long, value_name = "BYTES", default_value_t = StoreLimits::DEFAULT_MAX_BYTES_PER_SESSION, value_parser = parse_positive_usize)]
     max_bytes_per_session: usize,
 
     /// Streams a session may hold at most (completed ones are evicted first); then 429.
-    #[arg(long, value_name = "N", default_value_t = MemoryStoreConfig::DEFAULT_MAX_STREAMS_PER_SESSION, value_parser = parse_positive_usize)]
+    #[arg(long, value_name = "N", default_value_t = StoreLimits::DEFAULT_MAX_STREAMS_PER_SESSION, value_parser = parse_positive_usize)]
     max_streams_per_session: usize,
 
     /// Seconds a completed stream stays resumable.
-    #[arg(long, value_name = "SECS", default_value_t = MemoryStoreConfig::DEFAULT_RETENTION.as_secs(), value_parser = parse_positive)]
+    #[arg(long, value_name = "SECS", default_value_t = StoreLimits::DEFAULT_RETENTION.as_secs(), value_parser = parse_positive)]
     retention_secs: u64,
 
     /// Seconds a POST body may take to arrive; slower ones get 408.
@@ -308,14 +308,13 @@ impl ServeArgs {
     }
 
     /// The per-session caps and retention these flags set.
-    fn store_bounds(&self) -> MemoryStoreConfig {
-        MemoryStoreConfig {
-            retention: Duration::from_secs(self.retention_secs),
-            max_events_per_session: self.max_events_per_session,
-            max_bytes_per_session: self.max_bytes_per_session,
-            max_streams_per_session: self.max_streams_per_session,
-            ..MemoryStoreConfig::default()
-        }
+    fn store_bounds(&self) -> StoreLimits {
+        let mut limits = StoreLimits::default();
+        limits.retention = Duration::from_secs(self.retention_secs);
+        limits.max_events_per_session = self.max_events_per_session;
+        limits.max_bytes_per_session = self.max_bytes_per_session;
+        limits.max_streams_per_session = self.max_streams_per_session;
+        limits
     }
 
     /// What serves the sessions: the stdio gateway when a command is given, else the demo.
@@ -422,51 +421,44 @@ fn default_database() -> anyhow::Result<PathBuf> {
     Ok(dir.join(DEFAULT_DB_FILE))
 }
 
-/// The server over the store `spec` names.
+/// The server over the store `spec` names, built the way an application builds one.
 async fn build_server(
     store: &Store,
     config: ServerConfig,
-    handler: Arc<dyn Handler>,
+    served: Served,
 ) -> anyhow::Result<Server> {
-    let bounds = &store.bounds;
-    let (events, sessions): (Arc<dyn EventStore>, Arc<dyn SessionStore>) = match &store.spec {
-        StoreSpec::Memory => {
-            let server = Server::with_memory_stores_configured(config, handler, bounds.clone());
-            return Ok(server);
-        }
+    let limits = store.bounds.clone();
+    let stores = match &store.spec {
+        StoreSpec::Memory => Stores::memory(limits),
         StoreSpec::Sqlite(path) => {
             let mut sqlite_config = sqlite::SqliteStoreConfig::new(path);
-            sqlite_config.retention = bounds.retention;
-            sqlite_config.max_events_per_session = bounds.max_events_per_session;
-            sqlite_config.max_bytes_per_session = bounds.max_bytes_per_session;
-            sqlite_config.max_streams_per_session = bounds.max_streams_per_session;
+            sqlite_config.limits = limits;
             sqlite_config.durability = store.durability;
-            let (events, sessions) = sqlite::open(sqlite_config)
-                .with_context(|| format!("opening the store {}", path.display()))?;
-            (Arc::new(events), Arc::new(sessions))
+            Stores::sqlite_with(sqlite_config)
+                .with_context(|| format!("opening the store {}", path.display()))?
         }
         StoreSpec::Redis(url) => {
             let mut redis_config = redis::RedisStoreConfig::new(url.clone());
-            redis_config.retention = bounds.retention;
-            redis_config.max_events_per_session = bounds.max_events_per_session;
-            redis_config.max_bytes_per_session = bounds.max_bytes_per_session;
-            redis_config.max_streams_per_session = bounds.max_streams_per_session;
+            redis_config.limits = limits;
             redis_config.node_lease = store.node_lease;
             if !config.node_id.is_empty() {
                 redis_config.node_id.clone_from(&config.node_id);
             }
-            let (events, sessions) = redis::open(redis_config)
+            // Several nodes may share this Redis: the bundle's relay sends each session's
+            // POSTs to its node.
+            Stores::redis_with(redis_config)
                 .await
-                .with_context(|| format!("opening the store {url}"))?;
-            // Several nodes may share this Redis: each session's POSTs go to its node.
-            let relay = Arc::new(events.relay());
-            return Ok(
-                Server::new(config, handler, Arc::new(events), Arc::new(sessions))
-                    .with_relay(relay),
-            );
+                .with_context(|| format!("opening the store {url}"))?
         }
     };
-    Ok(Server::new(config, handler, events, sessions))
+    let mut builder = Server::builder(served.handler)
+        .stores(stores)
+        .config(config);
+    if let Some(authenticator) = served.authenticator {
+        builder = builder.auth(authenticator);
+    }
+    // Answers the requests a killed predecessor left unanswered before the ready line.
+    builder.build().await.context("starting the server")
 }
 
 /// How the log names a store.
@@ -481,9 +473,8 @@ fn describe(spec: &StoreSpec) -> String {
 /// Where events and sessions are kept, and how much of them.
 struct Store {
     spec: StoreSpec,
-    /// The per-session caps and retention, in the memory store's terms (every backend has
-    /// the same ones).
-    bounds: MemoryStoreConfig,
+    /// The per-session caps and retention (every backend has the same ones).
+    bounds: StoreLimits,
     node_lease: Duration,
     /// SQLite's `synchronous` setting.
     durability: sqlite::Durability,
@@ -519,14 +510,10 @@ async fn serve(
         config.allowed_hosts = vec![ANY_HOST.to_owned()];
     }
     let url = endpoint_url(local, &config.path);
-    let mut server = build_server(store, config, served.handler).await?;
-    if let Some(authenticator) = served.authenticator {
-        server = server.with_authenticator(authenticator);
-    }
-    // `serve` answers the requests a killed predecessor left unanswered before it accepts a
-    // connection; one that arrives right after the ready line waits in the backlog.
+    let description = served.description.clone();
+    let server = build_server(store, config, served).await?;
     announce(&url)?;
-    info!(%url, store = %describe(&store.spec), serving = %served.description, "tether serve ready");
+    info!(%url, store = %describe(&store.spec), serving = %description, "tether serve ready");
 
     let (stop, stopped) = oneshot::channel::<()>();
     let serving = server.serve(listener, async move {

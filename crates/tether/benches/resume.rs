@@ -727,10 +727,11 @@ mod sqlite_store {
     }
 
     fn open(dir: &std::path::Path, name: &str) -> SqliteEventStore {
-        sqlite::open(SqliteStoreConfig {
-            max_events_per_session: SESSION_EVENT_CAP,
-            max_bytes_per_session: SESSION_BYTE_CAP,
-            ..SqliteStoreConfig::new(dir.join(name))
+        sqlite::open({
+            let mut config = SqliteStoreConfig::new(dir.join(name));
+            config.limits.max_events_per_session = SESSION_EVENT_CAP;
+            config.limits.max_bytes_per_session = SESSION_BYTE_CAP;
+            config
         })
         .expect("open sqlite store")
         .0
@@ -824,11 +825,12 @@ mod redis_store {
     }
 
     async fn open(url: &str, prefix: &str) -> RedisEventStore {
-        redis::open(RedisStoreConfig {
-            key_prefix: prefix.to_owned(),
-            max_events_per_session: SESSION_EVENT_CAP,
-            max_bytes_per_session: SESSION_BYTE_CAP,
-            ..RedisStoreConfig::new(url)
+        redis::open({
+            let mut config = RedisStoreConfig::new(url);
+            config.key_prefix = prefix.to_owned();
+            config.limits.max_events_per_session = SESSION_EVENT_CAP;
+            config.limits.max_bytes_per_session = SESSION_BYTE_CAP;
+            config
         })
         .await
         .expect("open redis store")

@@ -84,18 +84,18 @@ fn fresh_prefix() -> String {
 }
 
 fn config(prefix: &str) -> RedisStoreConfig {
-    RedisStoreConfig {
-        key_prefix: prefix.to_owned(),
-        ..RedisStoreConfig::new(redis_url())
-    }
+    let mut config = RedisStoreConfig::new(redis_url());
+    config.key_prefix = prefix.to_owned();
+    config
 }
 
 async fn new_events(caps: Caps) -> Arc<dyn EventStore> {
-    let (events, _sessions) = redis::open(RedisStoreConfig {
-        max_events_per_session: caps.max_events_per_session,
-        max_bytes_per_session: caps.max_bytes_per_session,
-        max_streams_per_session: caps.max_streams_per_session,
-        ..config(&fresh_prefix())
+    let (events, _sessions) = redis::open({
+        let mut config = config(&fresh_prefix());
+        config.limits.max_events_per_session = caps.max_events_per_session;
+        config.limits.max_bytes_per_session = caps.max_bytes_per_session;
+        config.limits.max_streams_per_session = caps.max_streams_per_session;
+        config
     })
     .await
     .expect("open");
@@ -152,15 +152,17 @@ async fn request_stream(
 /// Two nodes on one Redis and prefix, with their own node ids.
 async fn two_nodes() -> (Arc<redis::RedisEventStore>, Arc<redis::RedisEventStore>) {
     let prefix = fresh_prefix();
-    let (a, _) = redis::open(RedisStoreConfig {
-        node_id: "node-a".into(),
-        ..config(&prefix)
+    let (a, _) = redis::open({
+        let mut config = config(&prefix);
+        config.node_id = "node-a".into();
+        config
     })
     .await
     .expect("open node a");
-    let (b, _) = redis::open(RedisStoreConfig {
-        node_id: "node-b".into(),
-        ..config(&prefix)
+    let (b, _) = redis::open({
+        let mut config = config(&prefix);
+        config.node_id = "node-b".into();
+        config
     })
     .await
     .expect("open node b");
@@ -170,15 +172,7 @@ async fn two_nodes() -> (Arc<redis::RedisEventStore>, Arc<redis::RedisEventStore
 #[test]
 fn defaults_are_the_memory_stores() {
     let config = RedisStoreConfig::new("redis://127.0.0.1:6379");
-    let memory = tether::store::MemoryStoreConfig::default();
-    assert_eq!(config.retention, memory.retention);
-    assert_eq!(config.max_events_per_session, memory.max_events_per_session);
-    assert_eq!(config.max_bytes_per_session, memory.max_bytes_per_session);
-    assert_eq!(
-        config.max_streams_per_session,
-        memory.max_streams_per_session
-    );
-    assert_eq!(config.max_tombstones, memory.max_tombstones);
+    assert_eq!(config.limits, tether::store::StoreLimits::default());
     assert_eq!(config.key_prefix, RedisStoreConfig::DEFAULT_KEY_PREFIX);
     assert_eq!(config.node_id, RedisStoreConfig::DEFAULT_NODE_ID);
     assert_eq!(config.node_lease, RedisStoreConfig::DEFAULT_NODE_LEASE);
@@ -199,16 +193,18 @@ async fn open_errors_are_typed() {
         .local_addr()
         .unwrap()
         .port();
-    let error = redis::open(RedisStoreConfig {
-        command_timeout: Duration::from_secs(2),
-        ..RedisStoreConfig::new(format!("redis://127.0.0.1:{port}"))
+    let error = redis::open({
+        let mut config = RedisStoreConfig::new(format!("redis://127.0.0.1:{port}"));
+        config.command_timeout = Duration::from_secs(2);
+        config
     })
     .await
     .unwrap_err();
     assert!(matches!(error, RedisOpenError::Connect { .. }), "{error:?}");
-    let error = redis::open(RedisStoreConfig {
-        node_id: "two words".into(),
-        ..config(&fresh_prefix())
+    let error = redis::open({
+        let mut config = config(&fresh_prefix());
+        config.node_id = "two words".into();
+        config
     })
     .await
     .unwrap_err();
@@ -329,9 +325,10 @@ async fn concurrent_appends_from_two_nodes_stay_gap_free() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphans_are_reported_to_their_own_node_only() {
     let prefix = fresh_prefix();
-    let node = |id: &str| RedisStoreConfig {
-        node_id: id.into(),
-        ..config(&prefix)
+    let node = |id: &str| {
+        let mut config = config(&prefix);
+        config.node_id = id.into();
+        config
     };
     let owner = owner();
     let (a, _) = redis::open(node("node-a")).await.unwrap();
@@ -352,9 +349,10 @@ async fn orphans_are_reported_to_their_own_node_only() {
 /// and the background sweep removes it (usage drops) with no command touching its session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_expires_completed_streams_and_the_sweep_removes_them() {
-    let (events, _) = redis::open(RedisStoreConfig {
-        retention: Duration::from_millis(200),
-        ..config(&fresh_prefix())
+    let (events, _) = redis::open({
+        let mut config = config(&fresh_prefix());
+        config.limits.retention = Duration::from_millis(200);
+        config
     })
     .await
     .unwrap();
@@ -397,10 +395,11 @@ async fn a_store_survives_a_redis_restart() {
         .start()
         .await
         .expect("start redis-server");
-    let (events, sessions) = redis::open(RedisStoreConfig {
-        command_timeout: Duration::from_secs(1),
-        key_prefix: fresh_prefix(),
-        ..RedisStoreConfig::new(server.url())
+    let (events, sessions) = redis::open({
+        let mut config = RedisStoreConfig::new(server.url());
+        config.command_timeout = Duration::from_secs(1);
+        config.key_prefix = fresh_prefix();
+        config
     })
     .await
     .unwrap();
@@ -456,9 +455,10 @@ async fn a_store_survives_a_redis_restart() {
     assert_eq!(batch.events.len(), 2);
 
     // Wake-ups work again: another node's append wakes this store's waiter.
-    let (other, _) = redis::open(RedisStoreConfig {
-        node_id: "other".into(),
-        ..events.config().clone()
+    let (other, _) = redis::open({
+        let mut config = events.config().clone();
+        config.node_id = "other".into();
+        config
     })
     .await
     .unwrap();
@@ -490,10 +490,11 @@ const LEASE: Duration = Duration::from_secs(1);
 
 /// Node `id` on `prefix`, holding a lease of [`LEASE`].
 fn leased(prefix: &str, id: &str) -> RedisStoreConfig {
-    RedisStoreConfig {
-        node_id: id.into(),
-        node_lease: LEASE,
-        ..config(prefix)
+    {
+        let mut config = config(prefix);
+        config.node_id = id.into();
+        config.node_lease = LEASE;
+        config
     }
 }
 
@@ -673,9 +674,10 @@ async fn an_orphan_claimed_by_a_node_that_dies_passes_to_the_next() {
 async fn entries_written_one_per_event_are_read_and_evicted_beside_chunks() {
     const CAP: usize = 6;
     let prefix = fresh_prefix();
-    let (store, _sessions) = redis::open(RedisStoreConfig {
-        max_events_per_session: CAP,
-        ..config(&prefix)
+    let (store, _sessions) = redis::open({
+        let mut config = config(&prefix);
+        config.limits.max_events_per_session = CAP;
+        config
     })
     .await
     .unwrap();
@@ -729,9 +731,10 @@ async fn entries_written_one_per_event_are_read_and_evicted_beside_chunks() {
         .unwrap();
     // A store opened now starts from what Redis holds.
     drop(store);
-    let (store, _sessions) = redis::open(RedisStoreConfig {
-        max_events_per_session: CAP,
-        ..config(&prefix)
+    let (store, _sessions) = redis::open({
+        let mut config = config(&prefix);
+        config.limits.max_events_per_session = CAP;
+        config
     })
     .await
     .unwrap();
@@ -774,9 +777,10 @@ async fn entries_written_one_per_event_are_read_and_evicted_beside_chunks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evicting_part_of_a_chunk_keeps_exact_usage() {
     const CAP: usize = 10;
-    let (store, _sessions) = redis::open(RedisStoreConfig {
-        max_events_per_session: CAP,
-        ..config(&fresh_prefix())
+    let (store, _sessions) = redis::open({
+        let mut config = config(&fresh_prefix());
+        config.limits.max_events_per_session = CAP;
+        config
     })
     .await
     .unwrap();

@@ -26,11 +26,12 @@ fn temp_dir() -> &'static TempDir {
 }
 
 async fn new_events(caps: Caps) -> Arc<dyn EventStore> {
-    let (events, _sessions) = sqlite::open(SqliteStoreConfig {
-        max_events_per_session: caps.max_events_per_session,
-        max_bytes_per_session: caps.max_bytes_per_session,
-        max_streams_per_session: caps.max_streams_per_session,
-        ..config_in(temp_dir().path())
+    let (events, _sessions) = sqlite::open({
+        let mut config = config_in(temp_dir().path());
+        config.limits.max_events_per_session = caps.max_events_per_session;
+        config.limits.max_bytes_per_session = caps.max_bytes_per_session;
+        config.limits.max_streams_per_session = caps.max_streams_per_session;
+        config
     })
     .expect("open");
     Arc::new(events)
@@ -141,9 +142,10 @@ async fn a_file_that_is_not_a_database_is_a_typed_error() {
 #[tokio::test]
 async fn full_durability_opens_and_stores() {
     let dir = TempDir::new().unwrap();
-    let (events, _sessions) = sqlite::open(SqliteStoreConfig {
-        durability: Durability::Full,
-        ..config_in(dir.path())
+    let (events, _sessions) = sqlite::open({
+        let mut config = config_in(dir.path());
+        config.durability = Durability::Full;
+        config
     })
     .unwrap();
     let owner = owner();
@@ -160,24 +162,17 @@ async fn full_durability_opens_and_stores() {
 #[test]
 fn defaults_are_the_memory_stores() {
     let config = SqliteStoreConfig::new("x.db");
-    let memory = tether::store::MemoryStoreConfig::default();
-    assert_eq!(config.retention, memory.retention);
-    assert_eq!(config.max_events_per_session, memory.max_events_per_session);
-    assert_eq!(config.max_bytes_per_session, memory.max_bytes_per_session);
-    assert_eq!(
-        config.max_streams_per_session,
-        memory.max_streams_per_session
-    );
-    assert_eq!(config.max_tombstones, memory.max_tombstones);
+    assert_eq!(config.limits, tether::store::StoreLimits::default());
     assert_eq!(config.durability, Durability::Normal);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_expires_completed_streams_with_tombstones_across_reopen() {
     let dir = TempDir::new().unwrap();
-    let config = SqliteStoreConfig {
-        retention: Duration::from_millis(100),
-        ..config_in(dir.path())
+    let config = {
+        let mut config = config_in(dir.path());
+        config.limits.retention = Duration::from_millis(100);
+        config
     };
     let owner = owner();
     let stream = {
@@ -537,9 +532,10 @@ async fn a_file_written_one_row_per_event_is_converted_when_opened() {
 async fn evicting_part_of_a_chunk_holds_across_a_reopen() {
     const CAP: usize = 10;
     let dir = TempDir::new().unwrap();
-    let capped = || SqliteStoreConfig {
-        max_events_per_session: CAP,
-        ..config_in(dir.path())
+    let capped = || {
+        let mut config = config_in(dir.path());
+        config.limits.max_events_per_session = CAP;
+        config
     };
     let (events, sessions) = sqlite::open(capped()).unwrap();
     let owner = owner();

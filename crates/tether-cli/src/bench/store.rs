@@ -71,8 +71,8 @@ pub(crate) async fn run(
 
     let dir = tempfile::tempdir().context("a temporary directory for SQLite")?;
     let mut config = tether::store::sqlite::SqliteStoreConfig::new(dir.path().join("bench.db"));
-    config.max_events_per_session = config.max_events_per_session.max(cap);
-    config.max_bytes_per_session = BYTE_CAP;
+    config.limits.max_events_per_session = config.limits.max_events_per_session.max(cap);
+    config.limits.max_bytes_per_session = BYTE_CAP;
     let (sqlite, _sessions) = tether::store::sqlite::open(config).context("opening SQLite")?;
     let sqlite = Arc::new(sqlite);
     let before = sqlite.transactions();
@@ -92,8 +92,8 @@ pub(crate) async fn run(
     if let Some(url) = redis {
         let mut config = tether::store::redis::RedisStoreConfig::new(url);
         config.key_prefix = format!("tether-bench-{}:", SessionId::generate());
-        config.max_events_per_session = config.max_events_per_session.max(cap);
-        config.max_bytes_per_session = BYTE_CAP;
+        config.limits.max_events_per_session = config.limits.max_events_per_session.max(cap);
+        config.limits.max_bytes_per_session = BYTE_CAP;
         let (store, _sessions) = tether::store::redis::open(config)
             .await
             .context("opening Redis")?;

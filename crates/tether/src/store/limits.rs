@@ -77,3 +77,15 @@ impl Default for StoreLimits {
         }
     }
 }
+
+impl StoreLimits {
+    /// The limits as a store applies them: the per-session caps below 1 act as 1.
+    pub(crate) fn normalized(&self) -> Self {
+        Self {
+            max_events_per_session: self.max_events_per_session.max(1),
+            max_bytes_per_session: self.max_bytes_per_session.max(1),
+            max_streams_per_session: self.max_streams_per_session.max(1),
+            ..self.clone()
+        }
+    }
+}

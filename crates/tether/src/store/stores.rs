@@ -80,11 +80,7 @@ impl Stores {
         limits: StoreLimits,
     ) -> Result<Self, super::SqliteOpenError> {
         let mut config = super::SqliteStoreConfig::new(path);
-        config.retention = limits.retention;
-        config.max_events_per_session = limits.max_events_per_session;
-        config.max_bytes_per_session = limits.max_bytes_per_session;
-        config.max_streams_per_session = limits.max_streams_per_session;
-        config.max_tombstones = limits.max_tombstones;
+        config.limits = limits;
         Self::sqlite_with(config)
     }
 
@@ -113,11 +109,7 @@ impl Stores {
         limits: StoreLimits,
     ) -> Result<Self, super::RedisOpenError> {
         let mut config = super::RedisStoreConfig::new(url);
-        config.retention = limits.retention;
-        config.max_events_per_session = limits.max_events_per_session;
-        config.max_bytes_per_session = limits.max_bytes_per_session;
-        config.max_streams_per_session = limits.max_streams_per_session;
-        config.max_tombstones = limits.max_tombstones;
+        config.limits = limits;
         Self::redis_with(config).await
     }
 

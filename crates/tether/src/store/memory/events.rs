@@ -48,12 +48,7 @@ impl MemoryEventStore {
     /// A store with these bounds (caps below 1 act as 1).
     #[must_use]
     pub fn new(config: MemoryStoreConfig) -> Self {
-        let config = MemoryStoreConfig {
-            max_events_per_session: config.max_events_per_session.max(1),
-            max_bytes_per_session: config.max_bytes_per_session.max(1),
-            max_streams_per_session: config.max_streams_per_session.max(1),
-            ..config
-        };
+        let config = config.normalized();
         Self {
             shared: Arc::new(Shared {
                 tombstones: Mutex::new(FifoMap::new(config.max_tombstones)),

@@ -28,7 +28,7 @@
 //!   <last seq> <frame lengths>` per chunk in append order, for evicting the oldest live
 //!   event), `Pts:<session>` (its tombstones).
 //! - `Ptomb` (stream → `<session> <principal>` of removed streams) and `Ptomb_order`
-//!   (oldest first, bounded by [`RedisStoreConfig::max_tombstones`]).
+//!   (oldest first, bounded by [`StoreLimits::max_tombstones`]).
 //! - `Pdue`: sessions by the completion time of their oldest completed stream, for the
 //!   background retention sweep of sessions nobody touches.
 //! - `Po:<node>`: the incomplete Request streams each node is responsible for (created, or
@@ -100,7 +100,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 pub use self::relay::RedisRelay;
 use self::relay::RelayState;
 use self::wake::{Listener, RECHECK, Watchers};
-use super::memory::MemoryStoreConfig;
+use super::StoreLimits;
 use super::pipeline::{CompletionReply, Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
@@ -108,8 +108,8 @@ use super::{
 };
 use super::{chunk, frame};
 
-/// Where and how a Redis store keeps its data. The bounds mean exactly what they mean for
-/// [`MemoryStoreConfig`], and default to its values.
+/// Where and how a Redis store keeps its data. The bounds are the [`StoreLimits`] every store
+/// shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisStoreConfig {
     /// The server, as `redis://[user:password@]host:port[/db]`.
@@ -133,16 +133,8 @@ pub struct RedisStoreConfig {
     /// longer tolerates longer stalls. Every node sharing a prefix should use the same value.
     /// Raised to 100 ms at least. Default [`DEFAULT_NODE_LEASE`](Self::DEFAULT_NODE_LEASE).
     pub node_lease: Duration,
-    /// See [`MemoryStoreConfig::retention`]. Measured on Redis's clock, so all nodes agree.
-    pub retention: Duration,
-    /// See [`MemoryStoreConfig::max_events_per_session`].
-    pub max_events_per_session: usize,
-    /// See [`MemoryStoreConfig::max_bytes_per_session`].
-    pub max_bytes_per_session: usize,
-    /// See [`MemoryStoreConfig::max_streams_per_session`].
-    pub max_streams_per_session: usize,
-    /// See [`MemoryStoreConfig::max_tombstones`]; shared by all nodes using the prefix.
-    pub max_tombstones: usize,
+    /// What the store retains and for how long (see [`StoreLimits`]). Retention is measured on Redis's clock, so all nodes agree; the tombstones are shared by all nodes using the prefix.
+    pub limits: StoreLimits,
     /// Longest wait for connecting and for any one command; past it the operation fails with
     /// [`StoreError::Unavailable`] rather than hang while Redis is unreachable. Default
     /// [`DEFAULT_COMMAND_TIMEOUT`](Self::DEFAULT_COMMAND_TIMEOUT).
@@ -169,7 +161,7 @@ impl RedisStoreConfig {
     /// instead of timing out upstream.
     pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
-    /// The defaults of [`MemoryStoreConfig`] and the constants above, at `url`.
+    /// The default [`StoreLimits`] and the constants above, at `url`.
     #[must_use]
     pub fn new(url: impl Into<String>) -> Self {
         Self {
@@ -177,11 +169,7 @@ impl RedisStoreConfig {
             key_prefix: Self::DEFAULT_KEY_PREFIX.to_owned(),
             node_id: Self::DEFAULT_NODE_ID.to_owned(),
             node_lease: Self::DEFAULT_NODE_LEASE,
-            retention: MemoryStoreConfig::DEFAULT_RETENTION,
-            max_events_per_session: MemoryStoreConfig::DEFAULT_MAX_EVENTS_PER_SESSION,
-            max_bytes_per_session: MemoryStoreConfig::DEFAULT_MAX_BYTES_PER_SESSION,
-            max_streams_per_session: MemoryStoreConfig::DEFAULT_MAX_STREAMS_PER_SESSION,
-            max_tombstones: MemoryStoreConfig::DEFAULT_MAX_TOMBSTONES,
+            limits: StoreLimits::default(),
             command_timeout: Self::DEFAULT_COMMAND_TIMEOUT,
         }
     }
@@ -247,9 +235,7 @@ pub async fn open(
     config: RedisStoreConfig,
 ) -> Result<(RedisEventStore, RedisSessionStore), RedisOpenError> {
     let config = RedisStoreConfig {
-        max_events_per_session: config.max_events_per_session.max(1),
-        max_bytes_per_session: config.max_bytes_per_session.max(1),
-        max_streams_per_session: config.max_streams_per_session.max(1),
+        limits: config.limits.normalized(),
         node_lease: config.node_lease.max(MIN_NODE_LEASE),
         ..config
     };
@@ -443,7 +429,7 @@ async fn commit_loop(
 
 async fn sweep_loop(inner: std::sync::Weak<Inner>, cancel: CancellationToken) {
     let period = inner.upgrade().map_or(MAX_SWEEP_PERIOD, |inner| {
-        (inner.config.retention / 10).clamp(Duration::from_millis(10), MAX_SWEEP_PERIOD)
+        (inner.config.limits.retention / 10).clamp(Duration::from_millis(10), MAX_SWEEP_PERIOD)
     });
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -583,11 +569,11 @@ impl Inner {
         let mut invocation = script.prepare_invoke();
         invocation
             .arg(&config.key_prefix)
-            .arg(u64::try_from(config.retention.as_millis()).unwrap_or(u64::MAX))
-            .arg(config.max_events_per_session)
-            .arg(config.max_bytes_per_session)
-            .arg(config.max_streams_per_session)
-            .arg(config.max_tombstones);
+            .arg(u64::try_from(config.limits.retention.as_millis()).unwrap_or(u64::MAX))
+            .arg(config.limits.max_events_per_session)
+            .arg(config.limits.max_bytes_per_session)
+            .arg(config.limits.max_streams_per_session)
+            .arg(config.limits.max_tombstones);
         for arg in args {
             invocation.arg(arg.as_ref());
         }
@@ -1059,7 +1045,7 @@ impl EventStore for RedisEventStore {
         // 128 random bits: a collision with a stored id is not a case to handle.
         let stream = StreamId::generate();
         let priming = frame::priming_frame(stream, retry);
-        if priming.len() > inner.config.max_bytes_per_session {
+        if priming.len() > inner.config.limits.max_bytes_per_session {
             return Err(StoreError::EventTooLarge);
         }
         let mut priming_chunk = Vec::with_capacity(chunk::encoded_len(&priming));
@@ -1106,7 +1092,7 @@ impl EventStore for RedisEventStore {
             .append(
                 stream,
                 message,
-                inner.config.max_bytes_per_session,
+                inner.config.limits.max_bytes_per_session,
                 |queued| inner.commit(Commit::Append(queued)),
             )
             .await;

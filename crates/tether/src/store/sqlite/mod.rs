@@ -74,7 +74,8 @@ use tether_proto::jsonrpc::RequestId;
 use tether_proto::version::ProtocolVersion;
 use tokio::sync::{oneshot, watch};
 
-use super::memory::{FastMap, MemoryStoreConfig};
+use super::StoreLimits;
+use super::memory::FastMap;
 use super::pipeline::{self, CompletionReply, Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
@@ -95,38 +96,25 @@ pub enum Durability {
     Full,
 }
 
-/// Where and how a SQLite store keeps its data. The bounds mean exactly what they mean for
-/// [`MemoryStoreConfig`], and default to its values.
+/// Where and how a SQLite store keeps its data. The bounds are the [`StoreLimits`] every store
+/// shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteStoreConfig {
     /// The database file; created if missing.
     pub path: PathBuf,
-    /// See [`MemoryStoreConfig::retention`]. Measured on the wall clock, so it runs on across
-    /// restarts.
-    pub retention: Duration,
-    /// See [`MemoryStoreConfig::max_events_per_session`].
-    pub max_events_per_session: usize,
-    /// See [`MemoryStoreConfig::max_bytes_per_session`].
-    pub max_bytes_per_session: usize,
-    /// See [`MemoryStoreConfig::max_streams_per_session`].
-    pub max_streams_per_session: usize,
-    /// See [`MemoryStoreConfig::max_tombstones`].
-    pub max_tombstones: usize,
+    /// What the store retains and for how long (see [`StoreLimits`]). Retention is measured on the wall clock, so it runs on across restarts.
+    pub limits: StoreLimits,
     /// How commits reach the disk; see [`Durability`].
     pub durability: Durability,
 }
 
 impl SqliteStoreConfig {
-    /// The defaults of [`MemoryStoreConfig`], with `synchronous = NORMAL`, at `path`.
+    /// The default [`StoreLimits`], with `synchronous = NORMAL`, at `path`.
     #[must_use]
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
-            retention: MemoryStoreConfig::DEFAULT_RETENTION,
-            max_events_per_session: MemoryStoreConfig::DEFAULT_MAX_EVENTS_PER_SESSION,
-            max_bytes_per_session: MemoryStoreConfig::DEFAULT_MAX_BYTES_PER_SESSION,
-            max_streams_per_session: MemoryStoreConfig::DEFAULT_MAX_STREAMS_PER_SESSION,
-            max_tombstones: MemoryStoreConfig::DEFAULT_MAX_TOMBSTONES,
+            limits: StoreLimits::default(),
             durability: Durability::Normal,
         }
     }
@@ -181,9 +169,7 @@ pub fn open(
     config: SqliteStoreConfig,
 ) -> Result<(SqliteEventStore, SqliteSessionStore), SqliteOpenError> {
     let config = SqliteStoreConfig {
-        max_events_per_session: config.max_events_per_session.max(1),
-        max_bytes_per_session: config.max_bytes_per_session.max(1),
-        max_streams_per_session: config.max_streams_per_session.max(1),
+        limits: config.limits.normalized(),
         ..config
     };
     let path = config.path.clone();
@@ -721,7 +707,7 @@ impl EventStore for SqliteEventStore {
             .append_to_lane(
                 stream,
                 message,
-                inner.config.max_bytes_per_session,
+                inner.config.limits.max_bytes_per_session,
                 |lane| inner.send(Command::Queued(lane)),
             )
             .await;
@@ -929,7 +915,7 @@ fn read(
     if session != owner.session.as_str() || *principal != *owner.principal {
         return Err(StoreError::UnknownStream);
     }
-    if completed_at.is_some_and(|at| now_ms().saturating_sub(at) >= ms(config.retention)) {
+    if completed_at.is_some_and(|at| now_ms().saturating_sub(at) >= ms(config.limits.retention)) {
         return Err(StoreError::Expired);
     }
     let complete = completed_at.is_some();
@@ -1165,8 +1151,8 @@ type Sql<T> = rusqlite::Result<T>;
 
 impl Writer {
     fn run(mut self, rx: &mpsc::Receiver<Command>) {
-        let period =
-            (self.config.retention / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let period = (self.config.limits.retention / 10)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut last_sweep = std::time::Instant::now();
         loop {
             let first = match rx.recv_timeout(period) {
@@ -1573,7 +1559,7 @@ impl Writer {
     ) -> Sql<Result<StreamId, StoreError>> {
         let stream = StreamId::generate();
         let frame = frame::priming_frame(stream, retry);
-        if frame.len() > self.config.max_bytes_per_session {
+        if frame.len() > self.config.limits.max_bytes_per_session {
             return Ok(Err(StoreError::EventTooLarge));
         }
         self.expire(&owner.session, now_ms())?;
@@ -1582,7 +1568,7 @@ impl Writer {
                 .sessions
                 .get(&owner.session)
                 .map_or(0, |state| state.usage.streams);
-            if streams < self.config.max_streams_per_session {
+            if streams < self.config.limits.max_streams_per_session {
                 break;
             }
             if !self.evict_oldest_completed(&owner.session)? {
@@ -1643,7 +1629,7 @@ impl Writer {
         let id = EventId::new(stream, state.next_seq);
         let frame = frame::message_frame(id, message);
         let len = frame.len();
-        if len > self.config.max_bytes_per_session {
+        if len > self.config.limits.max_bytes_per_session {
             return Ok(Err(StoreError::EventTooLarge));
         }
         self.add_event(&session, id, frame)?;
@@ -1812,7 +1798,7 @@ impl Writer {
 
     /// Removes `session`'s completed streams past retention at `now`.
     fn expire(&mut self, session: &SessionId, now: i64) -> Sql<()> {
-        let retention = ms(self.config.retention);
+        let retention = ms(self.config.limits.retention);
         loop {
             let Some(state) = self.sessions.get_mut(session) else {
                 return Ok(());
@@ -1846,8 +1832,8 @@ impl Writer {
             let Some(state) = self.sessions.get(session) else {
                 return Ok(());
             };
-            if state.usage.events <= self.config.max_events_per_session
-                && state.usage.bytes <= self.config.max_bytes_per_session
+            if state.usage.events <= self.config.limits.max_events_per_session
+                && state.usage.bytes <= self.config.limits.max_bytes_per_session
             {
                 return Ok(());
             }
@@ -1925,7 +1911,7 @@ impl Writer {
         self.conn
             .prepare_cached("DELETE FROM streams WHERE stream = ?1")?
             .execute([stream.as_str()])?;
-        if self.config.max_tombstones > 0 {
+        if self.config.limits.max_tombstones > 0 {
             self.conn
                 .prepare_cached(
                     "INSERT OR REPLACE INTO tombstones (stream, principal, session) VALUES (?1, ?2, ?3)",
@@ -1935,7 +1921,7 @@ impl Writer {
                     &*state.principal,
                     state.session.as_str()
                 ])?;
-            let max = i64::try_from(self.config.max_tombstones).unwrap_or(i64::MAX);
+            let max = i64::try_from(self.config.limits.max_tombstones).unwrap_or(i64::MAX);
             self.conn
                 .prepare_cached(
                     "DELETE FROM tombstones WHERE rowid <= (SELECT MAX(rowid) FROM tombstones) - ?1",
@@ -1966,7 +1952,7 @@ impl Writer {
     /// Deletes up to [`SWEEP_LIMIT`] completed streams past retention, in one transaction.
     fn sweep(&mut self) {
         let now = now_ms();
-        let retention = ms(self.config.retention);
+        let retention = ms(self.config.limits.retention);
         let mut due: Vec<(i64, SessionId)> = self
             .sessions
             .iter()
