@@ -86,6 +86,44 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the same operation, tried again later, may succeed: the network failed, the
+    /// server did not answer in time or was overloaded or failing (408, 425, 429, 5xx), or the
+    /// reconnect budget ran out during an outage. Not for refusals that another try repeats
+    /// (configuration, TLS, authorization, a protocol violation), nor for a lost session or
+    /// stream, which have predicates of their own.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Network(_) | Self::Timeout | Self::BudgetExhausted { .. } => true,
+            Self::Status { status, .. } => {
+                matches!(status, 408 | 425 | 429) || (500..=599).contains(status)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the server no longer knows the session (404): the client re-initializes, and
+    /// a request that was in flight must be sent again by the application if that is safe.
+    #[must_use]
+    pub fn is_session_expired(&self) -> bool {
+        matches!(self, Self::SessionExpired)
+    }
+
+    /// Whether a lost stream cannot be resumed: the server does not resume streams, the
+    /// stream never carried an event id, or the server refused the cursor (its events expired
+    /// or it never issued them). What the stream would have carried is gone; nothing was
+    /// delivered twice.
+    #[must_use]
+    pub fn is_not_resumable(&self) -> bool {
+        matches!(self, Self::NotResumable | Self::EventsUnavailable { .. })
+    }
+
+    /// Whether the server refused the client's credentials (401 after a fresh token).
+    #[must_use]
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, Self::Unauthorized)
+    }
+
     /// A failure of the HTTP stack: [`Error::Tls`] if a TLS refusal of the server is among its
     /// causes, otherwise [`Error::Network`].
     pub(crate) fn network(error: impl Into<BoxError>) -> Self {
@@ -133,4 +171,61 @@ fn is_refusal(error: &rustls::Error) -> bool {
             | rustls::Error::PeerIncompatible(_)
             | rustls::Error::InvalidCertRevocationList(_)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(status: u16) -> Error {
+        Error::Status {
+            status,
+            body: String::new(),
+        }
+    }
+
+    #[test]
+    fn transient_failures_are_retryable_and_refusals_are_not() {
+        let io = || Error::Network(Box::new(std::io::Error::other("reset")));
+        for error in [
+            io(),
+            Error::Timeout,
+            Error::BudgetExhausted {
+                attempts: 3,
+                elapsed: Duration::from_secs(1),
+            },
+            status(408),
+            status(429),
+            status(503),
+        ] {
+            assert!(error.is_retryable(), "{error}");
+        }
+        for error in [
+            Error::Config("x".into()),
+            Error::Unauthorized,
+            Error::SessionExpired,
+            Error::NotResumable,
+            status(400),
+            status(404),
+            Error::Protocol("x".into()),
+            Error::Closed,
+        ] {
+            assert!(!error.is_retryable(), "{error}");
+        }
+    }
+
+    #[test]
+    fn lost_sessions_streams_and_credentials_have_their_own_predicates() {
+        assert!(Error::SessionExpired.is_session_expired());
+        assert!(!Error::NotResumable.is_session_expired());
+        assert!(Error::NotResumable.is_not_resumable());
+        let gone = Error::EventsUnavailable {
+            reason: "expired".into(),
+        };
+        assert!(gone.is_not_resumable());
+        assert!(!gone.is_retryable());
+        assert!(!Error::SessionExpired.is_not_resumable());
+        assert!(Error::Unauthorized.is_unauthorized());
+        assert!(!status(401).is_session_expired());
+    }
 }

@@ -315,7 +315,7 @@ fn concat<'a>(
 ) -> Bytes {
     match (count, tail) {
         (0, tail) => tail.unwrap_or_default(),
-        (1, None) => frames.clone().next().map(Bytes::clone).unwrap_or_default(),
+        (1, None) => frames.clone().next().cloned().unwrap_or_default(),
         (_, tail) => {
             let tail = tail.unwrap_or_default();
             let size = frames.clone().map(Bytes::len).sum::<usize>() + tail.len();

@@ -38,6 +38,8 @@ impl std::fmt::Display for Malformed {
     }
 }
 
+impl std::error::Error for Malformed {}
+
 /// One chunk to write: `items[range]` (after [`cut`]) are consecutive events of `stream`, the
 /// first of them seq `first`.
 #[derive(Debug, Clone, PartialEq, Eq)]

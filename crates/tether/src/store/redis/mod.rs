@@ -104,7 +104,7 @@ use super::StoreLimits;
 use super::pipeline::{CompletionReply, Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
-    StoredEvent, StreamKind, StreamOwner,
+    StoreFailure, StoredEvent, StreamKind, StreamOwner,
 };
 use super::{chunk, frame};
 
@@ -234,11 +234,9 @@ const SEQ_CACHE_LIMIT: usize = 65_536;
 pub async fn open(
     config: RedisStoreConfig,
 ) -> Result<(RedisEventStore, RedisSessionStore), RedisOpenError> {
-    let config = RedisStoreConfig {
-        limits: config.limits.normalized(),
-        node_lease: config.node_lease.max(MIN_NODE_LEASE),
-        ..config
-    };
+    let mut config = config;
+    config.limits = config.limits.normalized();
+    config.node_lease = config.node_lease.max(MIN_NODE_LEASE);
     if config.node_id.is_empty() || config.node_id.contains(char::is_whitespace) {
         return Err(RedisOpenError::InvalidNodeId(config.node_id));
     }
@@ -479,8 +477,14 @@ async fn heartbeat_loop(inner: std::sync::Weak<Inner>, cancel: CancellationToken
     }
 }
 
-fn unavailable(error: impl fmt::Display) -> StoreError {
-    StoreError::Unavailable(error.to_string())
+/// A backend error as the store reports it, its source kept.
+fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Unavailable(StoreFailure::new(error))
+}
+
+/// A failure without an error value, as the store reports it.
+fn unavailable_because(reason: impl Into<String>) -> StoreError {
+    StoreError::Unavailable(StoreFailure::msg(reason))
 }
 
 /// The scripts, hashed once.
@@ -598,7 +602,7 @@ impl Inner {
         tokio::time::timeout(self.config.command_timeout, future)
             .await
             .map_err(|_| {
-                unavailable(format!(
+                unavailable_because(format!(
                     "redis did not answer within {:?}",
                     self.config.command_timeout
                 ))
@@ -609,7 +613,7 @@ impl Inner {
     fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         self.commits
             .send(commit)
-            .map_err(|_| unavailable("store closed"))
+            .map_err(|_| unavailable_because("store closed"))
     }
 
     /// Stores pipelined appends in one script call and reports each stream's outcome to its
@@ -926,7 +930,7 @@ fn append_refused(status: &str) -> StoreError {
 }
 
 fn unexpected(what: &str) -> StoreError {
-    unavailable(format!("unexpected reply from a tether script: {what}"))
+    unavailable_because(format!("unexpected reply from a tether script: {what}"))
 }
 
 /// Adds the events of one XRANGE entry of `stream` from seq `from` on to `events`: a chunk

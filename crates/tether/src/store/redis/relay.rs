@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tether_proto::ids::StreamId;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Inner, guard, unavailable};
+use super::{Inner, guard, unavailable, unavailable_because};
 use crate::store::StoreError;
 use crate::store::relay::{
     Handoff, HandoffAnswer, IncomingHandoff, Relay, RelayError, SessionHome,
@@ -95,7 +95,7 @@ impl RelayState {
         tokio::time::timeout(self.command_timeout, command)
             .await
             .map_err(|_| {
-                unavailable(format!(
+                unavailable_because(format!(
                     "redis did not answer within {:?}",
                     self.command_timeout
                 ))

@@ -79,7 +79,7 @@ use super::memory::FastMap;
 use super::pipeline::{self, CompletionReply, Lane, Pipeline, Queued};
 use super::{
     EventStore, OrphanedStream, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError,
-    StoredEvent, StreamKind, StreamOwner,
+    StoreFailure, StoredEvent, StreamKind, StreamOwner,
 };
 use super::{chunk, frame};
 
@@ -168,10 +168,8 @@ pub enum SqliteOpenError {
 pub fn open(
     config: SqliteStoreConfig,
 ) -> Result<(SqliteEventStore, SqliteSessionStore), SqliteOpenError> {
-    let config = SqliteStoreConfig {
-        limits: config.limits.normalized(),
-        ..config
-    };
+    let mut config = config;
+    config.limits = config.limits.normalized();
     let path = config.path.clone();
     let fail = |source: rusqlite::Error| match source.sqlite_error_code() {
         Some(rusqlite::ErrorCode::NotADatabase) => {
@@ -465,8 +463,14 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn unavailable(error: impl fmt::Display) -> StoreError {
-    StoreError::Unavailable(error.to_string())
+/// A backend error as the store reports it, its source kept.
+fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Unavailable(StoreFailure::new(error))
+}
+
+/// A failure without an error value, as the store reports it.
+fn unavailable_because(reason: impl Into<String>) -> StoreError {
+    StoreError::Unavailable(StoreFailure::msg(reason))
 }
 
 /// `streams.kind` of a Request stream.
@@ -559,15 +563,17 @@ impl Inner {
         self.send(make(reply))?;
         answer
             .await
-            .map_err(|_| unavailable("writer thread stopped"))?
+            .map_err(|_| unavailable_because("writer thread stopped"))?
     }
 
     /// Hands a command to the writer without waiting.
     fn send(&self, command: Command) -> Result<(), StoreError> {
         let tx = guard(&self.tx);
-        let tx = tx.as_ref().ok_or_else(|| unavailable("store closed"))?;
+        let tx = tx
+            .as_ref()
+            .ok_or_else(|| unavailable_because("store closed"))?;
         tx.send(command)
-            .map_err(|_| unavailable("writer thread stopped"))
+            .map_err(|_| unavailable_because("writer thread stopped"))
     }
 
     /// Runs `f` on a pooled read-only connection on the blocking pool.
@@ -579,7 +585,7 @@ impl Inner {
         let permit = Arc::clone(&self.reading)
             .acquire_owned()
             .await
-            .map_err(|_| unavailable("store closed"))?;
+            .map_err(|_| unavailable_because("store closed"))?;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let pooled = guard(&inner.readers).pop();
@@ -1467,7 +1473,7 @@ impl Writer {
                         Ok(true) => stored.push(append),
                         Ok(false) => {}
                         Err(error) => {
-                            lane.fail(&unavailable(&error));
+                            lane.fail(&unavailable_because(error.to_string()));
                             return Err(error);
                         }
                     }
@@ -1654,9 +1660,9 @@ impl Writer {
         }
         if state.next_seq != queued.id.seq {
             tracing::error!(%stream, expected = state.next_seq, got = queued.id.seq, "sqlite store: pipelined append out of order");
-            queued
-                .lane
-                .fail(&unavailable("a pipelined append arrived out of order"));
+            queued.lane.fail(&unavailable_because(
+                "a pipelined append arrived out of order",
+            ));
             return Ok(false);
         }
         let session = queued.lane.session();
@@ -2005,9 +2011,10 @@ mod tests {
     async fn the_sweep_deletes_and_compacts() {
         let dir = tempfile::TempDir::new().unwrap();
         let path = dir.path().join("t.db");
-        let (events, _sessions) = open(SqliteStoreConfig {
-            retention: Duration::from_millis(50),
-            ..SqliteStoreConfig::new(&path)
+        let (events, _sessions) = open({
+            let mut config = SqliteStoreConfig::new(&path);
+            config.limits.retention = Duration::from_millis(50);
+            config
         })
         .unwrap();
         let owner = StreamOwner {
