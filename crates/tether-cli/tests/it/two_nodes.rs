@@ -59,7 +59,8 @@ async fn gateway_node(
     name: &str,
     dir: &Path,
 ) -> anyhow::Result<ServerProcess> {
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stdio_child.py");
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/stdio_child.py");
     Ok(node_spec(redis, name)?
         .arg("--")
         .arg(python()?)

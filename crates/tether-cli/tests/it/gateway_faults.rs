@@ -1,4 +1,4 @@
-//! `tether serve -- CMD` in front of stdio servers that misbehave (tests/fixtures/stdio_child.py):
+//! `tether serve -- CMD` in front of stdio servers that misbehave (tests/it/fixtures/stdio_child.py):
 //! a child that crashes, writes garbage, never answers `initialize`, or floods its output;
 //! and one that asks the client something, whose answer must reach it.
 //! Each case ends in a clear JSON-RPC error (never a hang), the session answers 404 afterwards
@@ -19,7 +19,7 @@ use tether_testkit::raw::RawClient;
 const GONE_WITHIN: Duration = Duration::from_secs(10);
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stdio_child.py")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/stdio_child.py")
 }
 
 /// `tether serve` in gateway mode over the fixture in `mode`; the child writes its pid to

@@ -1,0 +1,20 @@
+//! The integration tests of `tether-cli`, one binary: a module per command or area. They run
+//! the `tether` binary (`CARGO_BIN_EXE_tether`) as a child process; `fixtures/` holds the
+//! scripts they start under it.
+//!
+//! The `conformance_suite_*` tests run the MCP conformance suite; `scripts/test.sh` runs them
+//! in a stage of their own (`--test it -- conformance_suite_`) and skips them elsewhere.
+
+mod auth;
+mod bench;
+mod call;
+mod chaos;
+mod conformance_client;
+mod conformance_server;
+mod connect;
+mod gateway_faults;
+mod gateway_peers;
+mod restart;
+mod sdk_matrix;
+mod serve;
+mod two_nodes;
