@@ -31,5 +31,12 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 echo "setup: $(redis-server --version)"
 
+# `script` (util-linux; Debian's bsdutils) gives tether-cli's progress-bar test a
+# pseudo-terminal; that test fails without it.
+if [ ! -x /usr/bin/script ]; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bsdutils
+fi
+
 # The pinned MCP peers, cached by a stamp of their pins (a warm run takes well under a second).
 scripts/peers.sh

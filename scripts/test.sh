@@ -9,7 +9,7 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 # Property tests draw from a fixed seed so that the test command is reproducible; export
 # PROPTEST_RNG_SEED=<another number> to explore further (a failure is saved under
-# tests/*.proptest-regressions and replayed first on every later run).
+# tests/proptest-regressions/<module>.txt and replayed first on every later run).
 export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261129}"
 
 total_start=$SECONDS
@@ -51,6 +51,8 @@ stage doc        env RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace -
 # The conformance suite runs in a stage of its own, with its output shown, so that its summary
 # lines (per scenario, and the totals) appear in the test output.
 stage test       cargo test --locked --workspace --all-features -- --skip conformance_suite_
+# Each crate has one integration-test binary, `it`; the suite's tests are the ones named
+# `conformance_suite_*` in tether-cli's, the same filter the `test` stage skips.
 stage conformance cargo test --locked -p tether-cli --all-features \
-                   --test conformance_server --test conformance_client -- --nocapture --test-threads=1
+                   --test it -- conformance_suite_ --nocapture --test-threads=1
 summary
