@@ -6,6 +6,7 @@
 //! failure, 4 session expired). Each subcommand lives in its own module and calls the library.
 
 mod call;
+#[cfg(feature = "conformance")]
 mod conformance_client;
 mod connect;
 mod remote;
@@ -38,6 +39,7 @@ enum Command {
     /// Measure an MCP server (tether or a peer): throughput, fanout, resume, idle, store.
     Bench(Box<tether_cli::bench::BenchArgs>),
     /// Play the client side of one conformance-suite scenario (`MCP_CONFORMANCE_SCENARIO`).
+    #[cfg(feature = "conformance")]
     #[command(hide = true)]
     ConformanceClient(conformance_client::ConformanceClientArgs),
 }
@@ -84,6 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init_logging("warn");
             connect::run(*args)
         }
+        #[cfg(feature = "conformance")]
         Command::ConformanceClient(args) => {
             init_logging("warn");
             conformance_client::run(args)

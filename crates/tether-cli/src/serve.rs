@@ -20,7 +20,8 @@
 //!
 //! Without a gateway command it serves a built-in demo: `--demo count` (the default; tools
 //! `count` and `echo`) or `--demo conformance` (the official conformance suite's fixtures,
-//! [`tether::demo::conformance`], with `count` and `echo` too).
+//! `tether_conformance::fixtures`, with `count` and `echo` too; feature `conformance`, on
+//! by default).
 //!
 //! `--auth-token-file FILE` requires `Authorization: Bearer <token>` on every request to the
 //! MCP path ([`tether::server::BearerTokens`]); an unreadable or malformed file is a usage
@@ -38,7 +39,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use tether::{
-    demo::{DemoHandler, conformance::ConformanceHandler},
+    demo::DemoHandler,
     gateway::{GatewayConfig, StdioGateway},
     server::{Authenticator, BearerTokens, Handler, Server, ServerConfig},
     store::{StoreLimits, Stores, redis, sqlite},
@@ -224,6 +225,7 @@ enum Demo {
     /// The `count` and `echo` tools.
     Count,
     /// The MCP conformance suite's fixtures, plus `count` and `echo`.
+    #[cfg(feature = "conformance")]
     Conformance,
 }
 
@@ -336,8 +338,9 @@ impl ServeArgs {
             }
             None => match self.demo {
                 Demo::Count => (Arc::new(DemoHandler::new()), "demo count".to_owned()),
+                #[cfg(feature = "conformance")]
                 Demo::Conformance => (
-                    Arc::new(ConformanceHandler::new()),
+                    Arc::new(tether_conformance::fixtures::ConformanceHandler::new()),
                     "demo conformance".to_owned(),
                 ),
             },

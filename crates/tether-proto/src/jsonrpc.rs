@@ -30,6 +30,9 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC "Internal error": the receiver failed while handling a valid request.
 pub const INTERNAL_ERROR: i64 = -32603;
+/// The error of a request the receiver cancelled (the code the SDKs use; MCP sends no response
+/// to a request the client cancelled).
+pub const REQUEST_CANCELLED: i64 = -32800;
 
 /// Method of the lifecycle request that opens a session; it must never be batched.
 pub const INITIALIZE: &str = "initialize";
@@ -384,6 +387,52 @@ impl ErrorObject {
         self.data = Some(data);
         self
     }
+
+    /// [`INVALID_PARAMS`] with `message`.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(INVALID_PARAMS, message)
+    }
+
+    /// [`METHOD_NOT_FOUND`] naming `method`.
+    #[must_use]
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(METHOD_NOT_FOUND, format!("method not found: {method}"))
+    }
+
+    /// [`REQUEST_CANCELLED`].
+    #[must_use]
+    pub fn cancelled() -> Self {
+        Self::new(REQUEST_CANCELLED, "request cancelled")
+    }
+}
+
+/// The `name` and `arguments` of a `tools/call` request's params (absent or null arguments
+/// are empty), or the [`INVALID_PARAMS`] error a server answers when they are not there.
+// `ErrorObject` is what a handler returns; this is a cold path, and boxing it would only add
+// conversions.
+#[allow(clippy::result_large_err)]
+pub fn tool_call_params(
+    params: Option<&Value>,
+) -> Result<(&str, &Map<String, Value>), ErrorObject> {
+    static NO_ARGUMENTS: std::sync::LazyLock<Map<String, Value>> =
+        std::sync::LazyLock::new(Map::new);
+    let params = params
+        .and_then(Value::as_object)
+        .ok_or_else(|| ErrorObject::invalid_params("tools/call needs params with a tool `name`"))?;
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ErrorObject::invalid_params("tools/call needs a string `name`"))?;
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => &*NO_ARGUMENTS,
+        Some(Value::Object(arguments)) => arguments,
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(
+                "tools/call `arguments` must be an object",
+            ));
+        }
+    };
+    Ok((name, arguments))
 }
 
 /// The `id` of an error response, which need not name a request.

@@ -14,21 +14,16 @@
 //! and correct. A request that is not a well-formed `tools/call` at all (no `name`,
 //! `arguments` not an object) or names an unknown tool is a protocol error: JSON-RPC -32602.
 //!
-//! [`conformance`] holds the second demo, `--demo conformance`: the official conformance
-//! suite's fixtures, with `count` and `echo` served by this handler.
+//! The second demo, `tether serve --demo conformance` (the official conformance suite's
+//! fixtures), is the `tether-conformance` crate's, so this library carries none of them.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use tether_proto::jsonrpc::{
-    ErrorObject, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, Request,
-};
+use tether_proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, Request, tool_call_params};
 
 use crate::server::{ContextError, Handler, LogLevel, RequestContext, ServerInfo};
-
-pub mod conformance;
 
 /// Largest `n` that `count` accepts (docs/CONTRACTS.md#demo-count). Ten million events is far
 /// beyond any test or benchmark (a million already takes seconds), and the bound keeps one call
@@ -45,11 +40,6 @@ const COUNT_LOGGER: &str = "count";
 /// them: appending to the memory store may never suspend, and a ten-million-event loop must
 /// not monopolise a runtime worker that other sessions' connections share.
 const YIELD_EVERY: u64 = 256;
-
-/// The code of the error a cancelled `count` returns (LSP's `RequestCancelled`). It never
-/// reaches a client: the transport discards the outcome of a cancelled request (MCP
-/// cancellation: no response is sent).
-const REQUEST_CANCELLED: i64 = -32800;
 
 /// The built-in demo [`Handler`]: tools `count` and `echo`, and `logging/setLevel`.
 #[derive(Debug, Clone, Default)]
@@ -116,7 +106,7 @@ impl DemoHandler {
         params: Option<&Value>,
         context: &RequestContext,
     ) -> Result<Value, ErrorObject> {
-        let (name, arguments) = tool_call(params)?;
+        let (name, arguments) = tool_call_params(params)?;
         match name {
             "count" => match CountArgs::parse(arguments) {
                 Ok(args) => count(args, context).await,
@@ -126,7 +116,9 @@ impl DemoHandler {
                 Some(text) => Ok(text_result(text)),
                 None => Ok(tool_error("echo: `text` is required and must be a string")),
             },
-            other => Err(invalid_params(format!("unknown tool: {other}"))),
+            other => Err(ErrorObject::invalid_params(format!(
+                "unknown tool: {other}"
+            ))),
         }
     }
 }
@@ -156,9 +148,11 @@ impl Handler for DemoHandler {
                     .as_ref()
                     .and_then(|p| p.get("level"))
                     .and_then(Value::as_str)
-                    .ok_or_else(|| invalid_params("logging/setLevel needs a string `level`"))?;
+                    .ok_or_else(|| {
+                        ErrorObject::invalid_params("logging/setLevel needs a string `level`")
+                    })?;
                 let level: LogLevel = level.parse().map_err(|_| {
-                    invalid_params(format!(
+                    ErrorObject::invalid_params(format!(
                         "unknown log level {level:?}; expected one of debug, info, notice, \
                          warning, error, critical, alert, emergency"
                     ))
@@ -169,7 +163,7 @@ impl Handler for DemoHandler {
             // The transport answers `ping` itself; answering here too keeps the demo correct
             // under a transport that forwards it.
             "ping" => Ok(json!({})),
-            other => Err(method_not_found(other)),
+            other => Err(ErrorObject::method_not_found(other)),
         }
     }
 }
@@ -237,7 +231,7 @@ async fn count(args: CountArgs, context: &RequestContext) -> Result<Value, Error
         } else if context.is_cancelled() {
             // A log message below the session's level is not emitted, so nothing else would
             // notice.
-            return Err(cancelled());
+            return Err(ErrorObject::cancelled());
         } else {
             context
                 .log(
@@ -259,36 +253,14 @@ async fn count(args: CountArgs, context: &RequestContext) -> Result<Value, Error
             // Cancellation wakes the sleep, so a long interval does not delay the stop.
             tokio::select! {
                 () = tokio::time::sleep(interval) => {}
-                () = context.cancelled() => return Err(cancelled()),
+                () = context.cancelled() => return Err(ErrorObject::cancelled()),
             }
         }
     }
     if context.is_cancelled() {
-        return Err(cancelled());
+        return Err(ErrorObject::cancelled());
     }
     Ok(text_result(&format!("counted {n}")))
-}
-
-/// The `name` and `arguments` of a `tools/call` (absent or null arguments are empty): the
-/// checks both demo handlers make before they look at the tool.
-// `ErrorObject` is what `Handler::handle_request` returns; this is a cold path, and boxing it
-// would only add conversions.
-#[allow(clippy::result_large_err)]
-fn tool_call(params: Option<&Value>) -> Result<(&str, &Map<String, Value>), ErrorObject> {
-    static NO_ARGUMENTS: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
-    let params = params
-        .and_then(Value::as_object)
-        .ok_or_else(|| invalid_params("tools/call needs params with a tool `name`"))?;
-    let name = params
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid_params("tools/call needs a string `name`"))?;
-    let arguments = match params.get("arguments") {
-        None | Some(Value::Null) => &*NO_ARGUMENTS,
-        Some(Value::Object(arguments)) => arguments,
-        Some(_) => return Err(invalid_params("tools/call `arguments` must be an object")),
-    };
-    Ok((name, arguments))
 }
 
 /// A successful tool result with one text block.
@@ -301,23 +273,11 @@ fn tool_error(message: &str) -> Value {
     json!({"content": [{"type": "text", "text": message}], "isError": true})
 }
 
-fn invalid_params(message: impl Into<String>) -> ErrorObject {
-    ErrorObject::new(INVALID_PARAMS, message)
-}
-
-fn method_not_found(method: &str) -> ErrorObject {
-    ErrorObject::new(METHOD_NOT_FOUND, format!("method not found: {method}"))
-}
-
-fn cancelled() -> ErrorObject {
-    ErrorObject::new(REQUEST_CANCELLED, "request cancelled")
-}
-
 /// The context could not emit (the session ended, the store failed): the call cannot keep its
 /// promise of n events, so it fails rather than returning `counted n`.
 fn context_error(error: ContextError) -> ErrorObject {
     match error {
-        ContextError::Cancelled => cancelled(),
+        ContextError::Cancelled => ErrorObject::cancelled(),
         other => ErrorObject::new(INTERNAL_ERROR, format!("count: {other}")),
     }
 }

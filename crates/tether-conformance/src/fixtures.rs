@@ -31,12 +31,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use tether_proto::ids::SessionId;
-use tether_proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, Request};
+use tether::proto::ids::SessionId;
+use tether::proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, Request};
 
-use super::{DemoHandler, invalid_params, method_not_found, tool_call};
-use crate::lock;
-use crate::server::{ContextError, Handler, LogLevel, RequestContext, ServerInfo, SessionContext};
+use tether::demo::DemoHandler;
+use tether::proto::jsonrpc::tool_call_params;
+use tether::server::{ContextError, Handler, LogLevel, RequestContext, ServerInfo, SessionContext};
 
 /// `serverInfo.name` of the conformance fixture server.
 pub const SERVER_NAME: &str = "tether-conformance";
@@ -348,7 +348,7 @@ impl ConformanceHandler {
         request: Request,
         context: RequestContext,
     ) -> Result<Value, ErrorObject> {
-        let (name, arguments) = tool_call(request.params.as_ref())?;
+        let (name, arguments) = tool_call_params(request.params.as_ref())?;
         match name {
             "test_simple_text" => Ok(content(vec![text(
                 "This is a simple text response for testing.",
@@ -421,7 +421,9 @@ impl ConformanceHandler {
                 Value::Object(arguments.clone())
             ))])),
             "count" | "echo" => self.demo.handle_request(request, context).await,
-            other => Err(invalid_params(format!("unknown tool: {other}"))),
+            other => Err(ErrorObject::invalid_params(format!(
+                "unknown tool: {other}"
+            ))),
         }
     }
 
@@ -492,7 +494,7 @@ impl ConformanceHandler {
             .entry(session.session_id().clone())
             .or_default()
             .subscribe(uri)
-            .map_err(invalid_params)?;
+            .map_err(ErrorObject::invalid_params)?;
         Ok(json!({}))
     }
 
@@ -580,7 +582,7 @@ impl Handler for ConformanceHandler {
             "completion/complete" => complete(request.params.as_ref()),
             // `logging/setLevel` and `ping` are the demo's.
             "logging/setLevel" | "ping" => self.demo.handle_request(request, context).await,
-            other => Err(method_not_found(other)),
+            other => Err(ErrorObject::method_not_found(other)),
         }
     }
 }
@@ -665,7 +667,7 @@ fn uri_param<'a>(request: &'a Request, method: &str) -> Result<&'a str, ErrorObj
         .as_ref()
         .and_then(|params| params.get("uri"))
         .and_then(Value::as_str)
-        .ok_or_else(|| invalid_params(format!("{method} needs a string `uri`")))
+        .ok_or_else(|| ErrorObject::invalid_params(format!("{method} needs a string `uri`")))
 }
 
 /// The `id` of a `test://template/{id}/data` URI (one non-empty path segment).
@@ -720,13 +722,15 @@ fn get_prompt(params: Option<&Value>) -> Result<Value, ErrorObject> {
     let name = params
         .and_then(|params| params.get("name"))
         .and_then(Value::as_str)
-        .ok_or_else(|| invalid_params("prompts/get needs a string `name`"))?;
+        .ok_or_else(|| ErrorObject::invalid_params("prompts/get needs a string `name`"))?;
     let arguments = params.and_then(|params| params.get("arguments"));
     let argument = |key: &str| -> Result<&str, ErrorObject> {
         arguments
             .and_then(|arguments| arguments.get(key))
             .and_then(Value::as_str)
-            .ok_or_else(|| invalid_params(format!("{name}: argument `{key}` is required")))
+            .ok_or_else(|| {
+                ErrorObject::invalid_params(format!("{name}: argument `{key}` is required"))
+            })
     };
     let user = |content: Value| json!({"role": "user", "content": content});
     let messages = match name {
@@ -748,7 +752,11 @@ fn get_prompt(params: Option<&Value>) -> Result<Value, ErrorObject> {
         "test_prompt_with_image" => {
             vec![user(image()), user(text("Please analyze the image above."))]
         }
-        other => return Err(invalid_params(format!("unknown prompt: {other}"))),
+        other => {
+            return Err(ErrorObject::invalid_params(format!(
+                "unknown prompt: {other}"
+            )));
+        }
     };
     Ok(json!({ "messages": messages }))
 }
@@ -759,15 +767,15 @@ fn get_prompt(params: Option<&Value>) -> Result<Value, ErrorObject> {
 fn complete(params: Option<&Value>) -> Result<Value, ErrorObject> {
     let reference = params
         .and_then(|params| params.get("ref"))
-        .ok_or_else(|| invalid_params("completion/complete needs a `ref`"))?;
+        .ok_or_else(|| ErrorObject::invalid_params("completion/complete needs a `ref`"))?;
     let argument = params
         .and_then(|params| params.get("argument"))
-        .ok_or_else(|| invalid_params("completion/complete needs an `argument`"))?;
+        .ok_or_else(|| ErrorObject::invalid_params("completion/complete needs an `argument`"))?;
     let (Some(argument_name), Some(typed)) = (
         argument.get("name").and_then(Value::as_str),
         argument.get("value").and_then(Value::as_str),
     ) else {
-        return Err(invalid_params(
+        return Err(ErrorObject::invalid_params(
             "completion/complete: `argument` needs string `name` and `value`",
         ));
     };
@@ -793,13 +801,17 @@ fn complete(params: Option<&Value>) -> Result<Value, ErrorObject> {
             _ => &[],
         },
         (Some("ref/prompt"), Some(name), _) => {
-            return Err(invalid_params(format!("unknown prompt: {name}")));
+            return Err(ErrorObject::invalid_params(format!(
+                "unknown prompt: {name}"
+            )));
         }
         (Some("ref/resource"), _, Some(uri)) => {
-            return Err(invalid_params(format!("unknown resource template: {uri}")));
+            return Err(ErrorObject::invalid_params(format!(
+                "unknown resource template: {uri}"
+            )));
         }
         _ => {
-            return Err(invalid_params(
+            return Err(ErrorObject::invalid_params(
                 "completion/complete: `ref` must be a ref/prompt with a `name` or a \
                  ref/resource with a `uri`",
             ));
@@ -960,9 +972,17 @@ fn round_trip_failed(tool: &str, what: &str, error: ContextError) -> Result<Valu
 /// MCP cancellation), anything else is an internal error.
 fn emit_failed(error: ContextError) -> ErrorObject {
     match error {
-        ContextError::Cancelled => super::cancelled(),
+        ContextError::Cancelled => ErrorObject::cancelled(),
         other => ErrorObject::new(INTERNAL_ERROR, format!("conformance fixture: {other}")),
     }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked: each critical section
+/// here is a few map operations with no await inside.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -1,0 +1,462 @@
+//! The client side of the official MCP conformance suite (`tether conformance-client URL`),
+//! built on [`tether::client`] like any other application.
+//!
+//! The suite's client mode (`conformance client --command "tether conformance-client"
+//! --scenario NAME`) starts a mock server, runs this command with the server's URL and names
+//! the scenario in `MCP_CONFORMANCE_SCENARIO`; the mock server records what the client did as
+//! checks, and exit 0 says the client itself saw nothing wrong. Each scenario here does what
+//! that scenario's server waits for: `initialize` initializes and lists tools; `tools_call`
+//! calls `add_numbers`; `sse-retry` calls `test_reconnection`, whose stream the server closes
+//! right after a priming event, so the library's reconnect loop must wait the server's
+//! `retry` and resume with `Last-Event-ID`; `elicitation-sep1034-client-defaults` opens the
+//! standalone stream (where that server sends its request) and answers `elicitation/create`
+//! by accepting every default the schema proposes (SEP-1034), through a
+//! [`ServerRequestHandler`]. This module owns only the scenario scripts: sessions, reconnects
+//! and answering server requests are the library's; the command line around them (the
+//! environment variable, exit codes) is `tether conformance-client`'s.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use tether::client::{Client, ClientConfig, ClientEvent, MessageStream, ServerRequestHandler};
+use tether::proto::jsonrpc::{
+    ErrorObject, INVALID_PARAMS, METHOD_NOT_FOUND, Message, Request, Response,
+};
+use tokio::task::JoinHandle;
+
+/// The environment variable in which the suite names the scenario.
+pub const SCENARIO_VAR: &str = "MCP_CONFORMANCE_SCENARIO";
+
+/// A whole scenario's limit: under the suite's default client timeout (30 s), so that a
+/// stuck scenario ends with our own error on stderr rather than the suite's kill.
+pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// How long the closing DELETE may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The client-mode scenarios this crate plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scenario {
+    /// `initialize`.
+    Initialize,
+    /// `tools_call`.
+    ToolsCall,
+    /// `sse-retry`.
+    SseRetry,
+    /// `elicitation-sep1034-client-defaults`.
+    ElicitationDefaults,
+}
+
+impl Scenario {
+    const ALL: [(&'static str, Self); 4] = [
+        ("initialize", Self::Initialize),
+        ("tools_call", Self::ToolsCall),
+        ("sse-retry", Self::SseRetry),
+        (
+            "elicitation-sep1034-client-defaults",
+            Self::ElicitationDefaults,
+        ),
+    ];
+
+    /// The scenario the suite names `name`.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|&(_, scenario)| scenario)
+    }
+
+    /// The names of every scenario, comma-separated.
+    #[must_use]
+    pub fn names() -> String {
+        Self::ALL.map(|(name, _)| name).join(", ")
+    }
+}
+
+/// Plays `scenario` against the mock server at `url`: `Ok` when it ran to its end.
+///
+/// # Errors
+///
+/// What went wrong, for stderr.
+pub async fn play(scenario: Scenario, url: &str) -> anyhow::Result<()> {
+    match scenario {
+        Scenario::Initialize => initialize(url).await,
+        Scenario::ToolsCall => tools_call(url).await,
+        Scenario::SseRetry => sse_retry(url).await,
+        Scenario::ElicitationDefaults => elicitation_defaults(url).await,
+    }
+}
+
+/// `initialize`: the handshake (the server checks the version and `clientInfo`), then
+/// `tools/list` as a first request on the session.
+async fn initialize(url: &str) -> anyhow::Result<()> {
+    let client = connect(url, ClientConfig::default()).await?;
+    let tools = list_tools(&client).await?;
+    println!("tools/list: {} tools", tools.len());
+    close(client).await
+}
+
+/// `tools_call`: `add_numbers {a: 2, b: 3}`, whose server records the call as its check.
+async fn tools_call(url: &str) -> anyhow::Result<()> {
+    let client = connect(url, ClientConfig::default()).await?;
+    let tools = list_tools(&client).await?;
+    let name = tool_named(&tools, "add_numbers")?;
+    let result = call_tool(&client, name, json!({"a": 2, "b": 3})).await?;
+    println!("{name}: {}", result_text(&result));
+    close(client).await
+}
+
+/// `sse-retry` (SEP-1699): the server sends a priming event with `retry: 500` on the call's
+/// stream and closes it; the result arrives only on a GET that resumes it. The waiting and
+/// the `Last-Event-ID` are the library's reconnect loop
+/// (docs/CONTRACTS.md#client-reconnect-timing); this script only reports the reconnects it saw.
+async fn sse_retry(url: &str) -> anyhow::Result<()> {
+    let client = connect(url, ClientConfig::default()).await?;
+    let mut events = client.events();
+    let result = call_tool(&client, "test_reconnection", json!({})).await?;
+    println!("test_reconnection: {}", result_text(&result));
+    let mut reconnects = 0;
+    while let Some(event) = events.try_recv() {
+        if let ClientEvent::Reconnecting { last_event_id, .. } = event {
+            reconnects += 1;
+            println!("reconnected with Last-Event-ID {last_event_id:?}");
+        }
+    }
+    if reconnects == 0 {
+        bail!("the call finished without a reconnect; the scenario expects one");
+    }
+    close(client).await
+}
+
+/// `elicitation-sep1034-client-defaults`: the tool asks for a form whose every field has a
+/// default; [`AcceptDefaults`] accepts it with those defaults. The server (the TypeScript
+/// SDK's) sends that request unrelated to the call, so on the standalone stream, and drops it
+/// if none is open: the stream must be open before the call.
+async fn elicitation_defaults(url: &str) -> anyhow::Result<()> {
+    let config = ClientConfig {
+        // Form mode only (MCP 2025-11-25): this client cannot open URLs.
+        capabilities: json!({"elicitation": {"form": {}}}),
+        request_handler: Some(Arc::new(AcceptDefaults)),
+        ..ClientConfig::default()
+    };
+    let client = connect(url, config).await?;
+    let _listener = listen(&client).await?;
+    let tools = list_tools(&client).await?;
+    let name = tool_named(&tools, "test_client_elicitation_defaults")?;
+    let result = call_tool(&client, name, json!({})).await?;
+    println!("{name}: {}", result_text(&result));
+    close(client).await
+}
+
+async fn connect(url: &str, config: ClientConfig) -> anyhow::Result<Client> {
+    let config = ClientConfig {
+        client_name: "tether-conformance-client".to_owned(),
+        ..config
+    };
+    let client = Client::connect(url, config)
+        .await
+        .with_context(|| format!("connecting to {url}"))?;
+    let info = client.server_info();
+    println!(
+        "connected: server {} {}, protocol {}, session {}",
+        info["serverInfo"]["name"].as_str().unwrap_or("?"),
+        info["serverInfo"]["version"].as_str().unwrap_or("?"),
+        client
+            .protocol_version()
+            .map_or("?", |version| version.as_str()),
+        client.session_id().as_deref().unwrap_or("(none)"),
+    );
+    Ok(client)
+}
+
+/// Opens the standalone stream and reads it in a task, so that the configured handler
+/// answers the server requests it carries; returns once the server has answered the GET
+/// with a stream.
+async fn listen(client: &Client) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
+    let mut events = client.events();
+    let mut stream = client.server_messages()?;
+    let reader = client.clone();
+    let mut task = tokio::spawn(async move {
+        while let Some(message) = stream.next().await {
+            answer_leftover(&reader, message?).await?;
+        }
+        Ok(())
+    });
+    let connected = async {
+        while let Some(event) = events.recv().await {
+            if let ClientEvent::Connected { request_id: None } = event {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = connected => {
+            println!("standalone stream open");
+            Ok(task)
+        }
+        ended = &mut task => match ended {
+            Ok(Err(error)) => Err(error.context("the standalone stream")),
+            _ => bail!("the standalone stream ended before it opened"),
+        },
+    }
+}
+
+/// Ends the session (DELETE); the mock servers that have no sessions answer 404 or 405,
+/// which the library counts as done.
+async fn close(client: Client) -> anyhow::Result<()> {
+    tokio::time::timeout(CLOSE_TIMEOUT, client.close())
+        .await
+        .context("closing the session timed out")?
+        .context("closing the session")
+}
+
+/// `tools/list`'s tools.
+async fn list_tools(client: &Client) -> anyhow::Result<Vec<Value>> {
+    let stream = client
+        .request("tools/list", None)
+        .await
+        .context("tools/list")?;
+    let result = final_result(client, stream).await.context("tools/list")?;
+    match result.get("tools") {
+        Some(Value::Array(tools)) => Ok(tools.clone()),
+        _ => bail!("tools/list: the result has no `tools` array: {result}"),
+    }
+}
+
+/// The name of the listed tool `name`, or an error listing what the server offers.
+fn tool_named<'a>(tools: &[Value], name: &'a str) -> anyhow::Result<&'a str> {
+    if tools.iter().any(|tool| tool["name"] == name) {
+        return Ok(name);
+    }
+    let offered: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    bail!("the server lists no tool {name:?} (it lists {offered:?})")
+}
+
+/// Calls a tool and returns its result; a tool error (`isError`) is an error here, since
+/// every scenario's tool is meant to succeed.
+async fn call_tool(client: &Client, name: &str, arguments: Value) -> anyhow::Result<Value> {
+    let call = client
+        .call_tool(name, arguments)
+        .await
+        .with_context(|| format!("calling {name}"))?;
+    let response = call
+        .response()
+        .await
+        .with_context(|| format!("calling {name}"))?;
+    let result = into_result(response).with_context(|| format!("calling {name}"))?;
+    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        bail!("{name} returned a tool error: {}", result_text(&result));
+    }
+    Ok(result)
+}
+
+/// Reads a request's stream to its final response and returns the result. Server requests
+/// the library does not answer itself are refused (no scenario sends one unasked).
+async fn final_result(client: &Client, mut stream: MessageStream) -> anyhow::Result<Value> {
+    while let Some(message) = stream.next().await {
+        match message? {
+            Message::Response(response) => return into_result(response),
+            other => answer_leftover(client, other).await?,
+        }
+    }
+    bail!("the stream ended without a response")
+}
+
+/// Handles a message that neither the library nor [`AcceptDefaults`] consumed: server
+/// requests other than `ping` (already answered) are refused; the rest is logged.
+async fn answer_leftover(client: &Client, message: Message) -> anyhow::Result<()> {
+    match message {
+        Message::Request(request) if request.method != "ping" => {
+            eprintln!("refusing server request {}", request.method);
+            let error = ErrorObject::new(
+                METHOD_NOT_FOUND,
+                format!("this client does not handle {}", request.method),
+            );
+            client
+                .respond(Response::error(Some(request.id), error))
+                .await?;
+        }
+        Message::Request(_) => {}
+        Message::Notification(notification) => {
+            eprintln!("notification: {}", notification.method);
+        }
+        Message::Response(response) => {
+            eprintln!("unexpected response to {:?}", response.id());
+        }
+    }
+    Ok(())
+}
+
+fn into_result(response: Response) -> anyhow::Result<Value> {
+    match response {
+        Response::Result(result) => Ok(result.result),
+        Response::Error(error) => bail!(
+            "JSON-RPC error {}: {}",
+            error.error.code,
+            error.error.message
+        ),
+    }
+}
+
+/// The text contents of a tool result, joined; or the whole result if it has none.
+fn result_text(result: &Value) -> String {
+    let texts: Vec<&str> = result["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item["text"].as_str())
+        .collect();
+    if texts.is_empty() {
+        result.to_string()
+    } else {
+        texts.join(" ")
+    }
+}
+
+/// Answers `elicitation/create` as a non-interactive user who accepts what the form proposes:
+/// every field whose schema has a usable `default` gets it (SEP-1034). A form with a required
+/// field and no default cannot be filled without a person, so it is declined, as is URL mode
+/// (this client opens no browser).
+struct AcceptDefaults;
+
+#[async_trait]
+impl ServerRequestHandler for AcceptDefaults {
+    fn accepts(&self, request: &Request) -> bool {
+        request.method == "elicitation/create"
+    }
+
+    async fn handle(&self, request: &Request) -> Result<Value, ErrorObject> {
+        match elicit_defaults(request.params.as_ref().unwrap_or(&Value::Null)) {
+            Ok(result) => {
+                println!("elicitation/create answered: {result}");
+                Ok(result)
+            }
+            Err(why) => {
+                println!("elicitation/create refused: {why}");
+                Err(ErrorObject::new(INVALID_PARAMS, why))
+            }
+        }
+    }
+}
+
+/// The `elicitation/create` result for `params` under [`AcceptDefaults`]'s policy, or why
+/// the params are invalid.
+fn elicit_defaults(params: &Value) -> Result<Value, String> {
+    let decline = Ok(json!({"action": "decline"}));
+    // MCP 2025-11-25: `mode` absent means form.
+    if params.get("mode").and_then(Value::as_str).unwrap_or("form") != "form" {
+        return decline;
+    }
+    let Some(properties) = params["requestedSchema"]["properties"].as_object() else {
+        return Err("requestedSchema.properties is not an object".to_owned());
+    };
+    let content: Map<String, Value> = properties
+        .iter()
+        .filter_map(|(name, schema)| {
+            let default = schema.get("default")?;
+            fits(schema, default).then(|| (name.clone(), default.clone()))
+        })
+        .collect();
+    let required = params["requestedSchema"]["required"].as_array();
+    let missing = required
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .any(|name| !content.contains_key(name));
+    if missing {
+        return decline;
+    }
+    Ok(json!({"action": "accept", "content": content}))
+}
+
+/// Whether `value` is valid for a form field's primitive `schema` (string, number, integer,
+/// boolean, single- or multi-select enum): a default the server's own schema rejects is not
+/// sent back.
+fn fits(schema: &Value, value: &Value) -> bool {
+    let in_enum = |value: &Value, schema: &Value| match schema.get("enum") {
+        Some(Value::Array(options)) => options.contains(value),
+        _ => true,
+    };
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") => value.is_string() && in_enum(value, schema),
+        Some("number") => value.is_number(),
+        Some("integer") => {
+            value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
+        Some("boolean") => value.is_boolean(),
+        Some("array") => value
+            .as_array()
+            .is_some_and(|items| items.iter().all(|item| in_enum(item, &schema["items"]))),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(properties: Value, required: Value) -> Value {
+        json!({"requestedSchema": {"type": "object", "properties": properties, "required": required}})
+    }
+
+    #[test]
+    fn every_known_scenario_name_parses_and_others_do_not() {
+        for (name, scenario) in Scenario::ALL {
+            assert_eq!(Scenario::from_name(name), Some(scenario));
+        }
+        assert_eq!(Scenario::from_name("tools-call"), None);
+    }
+
+    #[test]
+    fn elicitation_accepts_each_primitive_default() {
+        let params = schema(
+            json!({
+                "name": {"type": "string", "default": "John Doe"},
+                "age": {"type": "integer", "default": 30},
+                "score": {"type": "number", "default": 95.5},
+                "status": {"type": "string", "enum": ["active", "inactive"], "default": "active"},
+                "verified": {"type": "boolean", "default": true},
+                "nickname": {"type": "string"},
+            }),
+            json!([]),
+        );
+        assert_eq!(
+            elicit_defaults(&params).unwrap(),
+            json!({"action": "accept", "content": {
+                "name": "John Doe", "age": 30, "score": 95.5, "status": "active", "verified": true,
+            }})
+        );
+    }
+
+    #[test]
+    fn elicitation_drops_defaults_that_break_their_own_schema() {
+        let params = schema(
+            json!({
+                "status": {"type": "string", "enum": ["active"], "default": "gone"},
+                "age": {"type": "integer", "default": 1.5},
+                "flag": {"type": "boolean", "default": "yes"},
+            }),
+            json!([]),
+        );
+        assert_eq!(
+            elicit_defaults(&params).unwrap(),
+            json!({"action": "accept", "content": {}})
+        );
+    }
+
+    #[test]
+    fn elicitation_declines_a_required_field_without_default_and_url_mode() {
+        let params = schema(json!({"email": {"type": "string"}}), json!(["email"]));
+        assert_eq!(
+            elicit_defaults(&params).unwrap(),
+            json!({"action": "decline"})
+        );
+        let url = json!({"mode": "url", "url": "https://example.com", "elicitationId": "1"});
+        assert_eq!(elicit_defaults(&url).unwrap(), json!({"action": "decline"}));
+    }
+}
