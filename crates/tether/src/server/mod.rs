@@ -352,6 +352,15 @@ impl Server {
             .merge(self.ops_router())
     }
 
+    /// Starts a graceful shutdown of the streams this server serves: each open SSE connection
+    /// writes what is already stored, then a `retry` field, and ends; the streams stay
+    /// resumable, so clients come back (to this process restarted, or another node) and
+    /// resume. [`serve`](Self::serve) does this when its shutdown signal arrives; call it
+    /// yourself when the server is mounted in an application that shuts down on its own.
+    pub fn shutdown(&self) {
+        self.state.shutdown.cancel();
+    }
+
     /// Sets `Tether-Node` on a response.
     fn add_node(&self) -> impl Fn(Response) -> Response + Clone + Send + Sync + 'static {
         let node_id = self.state.node_id.clone();
