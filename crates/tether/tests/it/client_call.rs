@@ -6,8 +6,8 @@
 //! [`ServerRequestHandler`] answers the server's sampling and elicitation requests (on the
 //! call's stream and on the standalone stream) without the application seeing them.
 
-mod client_support;
-use client_support::{TestServer, demo_config, fast_config, start_demo_server, start_server};
+use crate::support::client::{demo_config, fast_config, start_demo_server, start_server};
+use crate::support::server::TestServer;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -105,7 +105,7 @@ async fn abandon_after(url: &str, n: u64, taken: u64, ack: bool) -> String {
 #[tokio::test]
 async fn a_persisted_token_resumes_the_call_after_the_committed_event() {
     let server = start_demo_server().await;
-    let url = server.url();
+    let url = server.url.clone();
     let n = 60;
     tokio::time::timeout(TEST_TIMEOUT, async {
         // Five taken, the fifth not committed: the resume starts with it again.
@@ -136,20 +136,17 @@ async fn a_persisted_token_resumes_the_call_after_the_committed_event() {
 #[tokio::test]
 async fn a_token_for_a_session_the_server_lost_fails_with_session_expired() {
     let first = start_demo_server().await;
-    let saved = tokio::time::timeout(TEST_TIMEOUT, abandon_after(&first.url(), 1000, 3, true))
+    let saved = tokio::time::timeout(TEST_TIMEOUT, abandon_after(&first.url, 1000, 3, true))
         .await
         .expect("timed out");
     let token: ResumptionToken = serde_json::from_str(&saved).unwrap();
     // Another server (a restart with an empty store) does not know the session.
     let second = start_demo_server().await;
     let outcome = tokio::time::timeout(TEST_TIMEOUT, async {
-        let mut call = Client::resume_tool_call(
-            &second.url(),
-            &token,
-            fast_config(Duration::from_millis(50)),
-        )
-        .await
-        .unwrap();
+        let mut call =
+            Client::resume_tool_call(&second.url, &token, fast_config(Duration::from_millis(50)))
+                .await
+                .unwrap();
         call.next().await
     })
     .await
@@ -164,7 +161,7 @@ async fn a_token_for_a_session_the_server_lost_fails_with_session_expired() {
 async fn a_cancelled_call_stops_and_the_client_goes_on() {
     let server = start_demo_server().await;
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let client = Client::connect(&server.url(), fast_config(Duration::from_millis(50)))
+        let client = Client::connect(&server.url, fast_config(Duration::from_millis(50)))
             .await
             .unwrap();
         let mut call = client
@@ -309,7 +306,7 @@ async fn answering_client(server: &TestServer, answerer: &Arc<Answerer>) -> Clie
         request_handler: Some(Arc::clone(answerer) as Arc<dyn ServerRequestHandler>),
         ..fast_config(Duration::from_millis(50))
     };
-    Client::connect(&server.url(), config).await.unwrap()
+    Client::connect(&server.url, config).await.unwrap()
 }
 
 /// Calls `tool` and reads it to the end (any server request reaching the application fails

@@ -2,15 +2,13 @@
 //! resume and refused resumes — counts that match what the client saw, in the OpenMetrics text
 //! format.
 
-mod server_support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::support::server::TestServer;
 use serde_json::json;
-use server_support::TestServer;
 use tether::server::ServerConfig;
-use tether_testkit::raw::{self, metric_samples};
+use tether_testkit::raw::{self, Transcript, metric_samples};
 
 const V11: &str = "2025-11-25";
 
@@ -33,6 +31,12 @@ async fn scrape(server: &TestServer) -> HashMap<String, f64> {
     metric_samples(&text)
 }
 
+/// The bytes of the JSON-RPC messages in `transcript`: each event's data is one stored message,
+/// byte for byte (priming events have none).
+fn message_bytes(transcript: &Transcript) -> f64 {
+    transcript.events().map(|e| e.data.len()).sum::<usize>() as f64
+}
+
 fn get(samples: &HashMap<String, f64>, name: &str) -> f64 {
     samples.get(name).copied().unwrap_or_else(|| {
         panic!(
@@ -50,7 +54,9 @@ async fn metrics_count_what_clients_saw() {
     assert_eq!(get(&before, "tether_events_appended_total"), 0.0);
     assert_eq!(get(&before, "tether_open_streams"), 0.0);
 
-    let mut client = server.session(V11).await;
+    let mut client = server.client().with_protocol_version(V11);
+    let init = client.initialize().await.unwrap();
+    assert_eq!(init.initialized.status, 202, "notifications/initialized");
     let (id, response) = client
         .call_tool("count", json!({"n": N}), Some(json!("m")))
         .await
@@ -99,7 +105,12 @@ async fn metrics_count_what_clients_saw() {
         get(&after, "tether_events_appended_total"),
         (2 + 1 + N + 2) as f64
     );
-    assert!(get(&after, "tether_event_bytes_appended_total") > 0.0);
+    // The bytes stored are the messages of those events, exactly: the initialize answer, the
+    // N progress notifications and the call's answer (a priming event has no message).
+    assert_eq!(
+        get(&after, "tether_event_bytes_appended_total"),
+        message_bytes(&init.response) + message_bytes(&transcript)
+    );
     assert_eq!(
         get(&after, r#"tether_events_sent_total{connection="resume"}"#),
         replayed

@@ -6,12 +6,10 @@
 //! well-behaved client's session keeps working throughout. (A GET stream that is never read
 //! is `server_slow_reader.rs`'s.)
 
-mod server_support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::server::{TestServer, assert_session_works};
 use serde_json::{Value, json};
-use server_support::{TestServer, assert_session_works};
 use tether::server::{ConnectionLimits, ServerConfig};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;

@@ -3,13 +3,11 @@
 //! `notifications/cancelled` stops a handler with no response sent. docs/PROTOCOL.md rule numbers
 //! per test.
 
-mod server_support;
-
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::support::server::{TestServer, assert_session_works, messages};
 use serde_json::{Value, json};
-use server_support::{TestServer, assert_session_works, messages};
 use tether::server::{ContextError, ServerConfig};
 use tether_testkit::raw::RawResponse;
 

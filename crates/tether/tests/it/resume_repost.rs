@@ -4,13 +4,12 @@
 //! request twice, while it runs, after it completed, and with an explicit error once the
 //! stream's retention ran out; the same id with other content is still refused.
 
-mod resume_support;
-
 use std::time::Duration;
 
-use resume_support::{
-    ResumeServer, V11, assert_exact_count, messages, read_messages, read_priming, split_id,
+use crate::support::resume::{
+    V11, assert_exact_count, messages, read_messages, read_priming, split_id,
 };
+use crate::support::server::TestServer;
 use serde_json::{Value, json};
 use tether::server::ServerConfig;
 use tether::store::MemoryStoreConfig;
@@ -33,7 +32,7 @@ fn gated_call(client: &mut RawClient, n: u64, token: &str) -> (i64, Value) {
 
 #[tokio::test]
 async fn a_request_sent_again_while_it_runs_gets_its_first_stream_from_the_start() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let mut client = server.session(V11).await;
     let (id, call) = gated_call(&mut client, N, "again");
 
@@ -65,7 +64,7 @@ async fn a_request_sent_again_while_it_runs_gets_its_first_stream_from_the_start
 
 #[tokio::test]
 async fn a_request_sent_again_after_it_completed_is_replayed_not_run() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let mut client = server.session(V11).await;
     let (id, call) = gated_call(&mut client, N, "done");
     let mut first = client.post(&call).await.unwrap();
@@ -92,7 +91,7 @@ async fn a_request_sent_again_after_it_completed_is_replayed_not_run() {
 
 #[tokio::test]
 async fn the_same_id_with_other_content_is_refused_while_the_first_runs() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let mut client = server.session(V11).await;
     let (id, call) = gated_call(&mut client, N, "first");
     let mut first = client.post(&call).await.unwrap();
@@ -126,7 +125,7 @@ async fn a_request_sent_again_after_its_answer_expired_gets_an_error_saying_so()
         retention: Duration::from_millis(50),
         ..MemoryStoreConfig::default()
     };
-    let server = ResumeServer::start_with_store(ServerConfig::default(), store).await;
+    let server = TestServer::start_with_store(ServerConfig::default(), store).await;
     let mut client = server.session(V11).await;
     let (id, call) = gated_call(&mut client, 1, "expired");
     let mut first = client.post(&call).await.unwrap();

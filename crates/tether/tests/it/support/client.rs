@@ -1,10 +1,7 @@
-//! Shared by the `client_*` integration tests: an in-process tether server on `127.0.0.1:0`
-//! (stopped when dropped), a client configuration that backs off quickly, and the `count`
-//! call's parameters and reading.
+//! Shared by the `client_*` integration tests: the demo handler in the in-process
+//! [`TestServer`], a client configuration that backs off quickly, and the `count` call's
+//! parameters and reading.
 
-#![allow(dead_code, unreachable_pub, missing_docs)]
-
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,34 +11,21 @@ use tether::demo::DemoHandler;
 use tether::proto::backoff::BackoffConfig;
 use tether::proto::jsonrpc::{Message, Response};
 use tether::proto::reconnect::ReconnectConfig;
-use tether::server::{Handler, Server, ServerConfig};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tether::server::{Handler, ServerConfig};
+
+use super::server::TestServer;
 
 /// The server's `retry` in these tests: short, so that a test with dozens of cuts takes a
 /// second or two.
-pub const RETRY: Duration = Duration::from_millis(50);
-
-/// A tether server running in this process; it stops when dropped.
-pub struct TestServer {
-    pub addr: SocketAddr,
-    _stop: oneshot::Sender<()>,
-}
-
-impl TestServer {
-    /// The MCP endpoint.
-    pub fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-}
+pub(crate) const RETRY: Duration = Duration::from_millis(50);
 
 /// The demo server (`count`, `echo`) with `retry` = [`RETRY`].
-pub async fn start_demo_server() -> TestServer {
+pub(crate) async fn start_demo_server() -> TestServer {
     start_server(demo_config(), Arc::new(DemoHandler::new())).await
 }
 
 /// The server configuration of [`start_demo_server`], to adjust.
-pub fn demo_config() -> ServerConfig {
+pub(crate) fn demo_config() -> ServerConfig {
     ServerConfig {
         retry: RETRY,
         ..ServerConfig::default()
@@ -49,19 +33,12 @@ pub fn demo_config() -> ServerConfig {
 }
 
 /// `handler` served with `config` and memory stores.
-pub async fn start_server(config: ServerConfig, handler: Arc<dyn Handler>) -> TestServer {
-    let server = Server::with_memory_stores(config, handler);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
-    TestServer { addr, _stop: stop }
+pub(crate) async fn start_server(config: ServerConfig, handler: Arc<dyn Handler>) -> TestServer {
+    TestServer::start_with_handler(config, handler).await
 }
 
 /// A client that backs off from `base` up to 500 ms, so reconnect-heavy tests stay short.
-pub fn fast_config(base: Duration) -> ClientConfig {
+pub(crate) fn fast_config(base: Duration) -> ClientConfig {
     ClientConfig {
         reconnect: ReconnectConfig {
             backoff: BackoffConfig {
@@ -76,7 +53,7 @@ pub fn fast_config(base: Duration) -> ClientConfig {
 }
 
 /// `tools/call` parameters for `count` with progress token `"p"`.
-pub fn count_params(n: u64, interval_ms: u64) -> Option<Value> {
+pub(crate) fn count_params(n: u64, interval_ms: u64) -> Option<Value> {
     Some(json!({
         "name": "count",
         "arguments": {"n": n, "interval_ms": interval_ms},
@@ -86,7 +63,7 @@ pub fn count_params(n: u64, interval_ms: u64) -> Option<Value> {
 
 /// Reads a `count` stream to its end: the progress values, the result text, or the first
 /// error.
-pub async fn drain(mut stream: MessageStream) -> (Vec<u64>, Result<String, Error>) {
+pub(crate) async fn drain(mut stream: MessageStream) -> (Vec<u64>, Result<String, Error>) {
     let mut progress = Vec::new();
     let mut result = Err(Error::Protocol("no result".to_owned()));
     while let Some(item) = stream.next().await {

@@ -4,14 +4,12 @@
 //! priming events follow the session's negotiated version. Real sockets, raw reader.
 //! docs/PROTOCOL.md rule numbers (T…) per test.
 
-mod resume_support;
-
 use std::time::Duration;
 
-use resume_support::{
-    ResumeServer, V11, assert_exact_count, assert_resume_refused, messages, read_messages,
-    read_priming, split_id,
+use crate::support::resume::{
+    V11, assert_exact_count, assert_resume_refused, messages, read_messages, read_priming, split_id,
 };
+use crate::support::server::TestServer;
 use serde_json::json;
 use tether::server::ServerConfig;
 use tether::store::MemoryStoreConfig;
@@ -34,7 +32,7 @@ async fn resume(client: &RawClient, id: &str) -> Transcript {
 /// resume with the same id works (positive control).
 #[tokio::test]
 async fn another_sessions_event_id_is_unknown_and_reveals_nothing() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let mut a = server.session(V11).await;
     let b = server.session(V11).await;
     let secret = json!("secret-of-session-a");
@@ -82,7 +80,7 @@ async fn another_sessions_event_id_is_unknown_and_reveals_nothing() {
 /// replays that stream only.
 #[tokio::test]
 async fn another_streams_id_of_the_same_session_replays_only_that_stream() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let mut client = server.session(V11).await;
     let mut get = client.open_get_stream().await.unwrap();
     let standalone = get.next_event().await.unwrap().unwrap().id;
@@ -133,7 +131,7 @@ async fn another_streams_id_of_the_same_session_replays_only_that_stream() {
 /// session works on afterwards.
 #[tokio::test]
 async fn unusable_ids_are_refused_with_their_reason() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let mut client = server.session(V11).await;
     let (_, mut post) = client
         .call_tool("gated", json!({"n": 3}), Some(json!(1)))
@@ -196,7 +194,7 @@ async fn resume_after_retention_expired_is_400_expired() {
         retention: Duration::from_millis(200),
         ..MemoryStoreConfig::default()
     };
-    let server = ResumeServer::start_with_store(ServerConfig::default(), store).await;
+    let server = TestServer::start_with_store(ServerConfig::default(), store).await;
     let mut client = server.session(V11).await;
     let other = server.session(V11).await;
     let token = json!("ttl");
@@ -230,7 +228,7 @@ async fn resume_past_evicted_events_is_400_expired() {
         max_events_per_session: 40,
         ..MemoryStoreConfig::default()
     };
-    let server = ResumeServer::start_with_store(ServerConfig::default(), store).await;
+    let server = TestServer::start_with_store(ServerConfig::default(), store).await;
     let mut client = server.session(V11).await;
     let (_, mut post) = client
         .call_tool("gated", json!({"n": 100}), Some(json!("cap")))
@@ -269,7 +267,7 @@ fn first_event(t: &Transcript) -> (String, String, bool) {
 /// even when later requests carry 2025-11-25 — on POST, GET and resume alike.
 #[tokio::test]
 async fn priming_follows_the_negotiated_version_not_the_request_header() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     for (negotiated, header) in [(V11, V03), (V03, V11)] {
         // Later requests carry the other version's `MCP-Protocol-Version`.
         let mut client = server

@@ -4,8 +4,7 @@
 //! the call completes, every event once, the tool run once (the server's own count of stored
 //! events says so). Real sockets through the test kit's fault proxy.
 
-mod client_support;
-use client_support::{count_params, fast_config, start_demo_server};
+use crate::support::client::{count_params, fast_config, start_demo_server};
 
 use std::time::Duration;
 

@@ -1,8 +1,7 @@
 //! The client's session handling against real tether servers: a server restart (memory
 //! store) during a call, servers without GET streams (405), JSON answers, DELETE on close.
 
-mod client_support;
-use client_support::{count_params, fast_config, start_server};
+use crate::support::client::{count_params, fast_config, start_server};
 
 use std::sync::Arc;
 use std::time::Duration;

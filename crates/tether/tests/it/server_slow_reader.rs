@@ -3,12 +3,10 @@
 //! accounting, not RSS. When the reader falls behind what the cap keeps, its stream ends and a
 //! resume is told `expired` (no silent gap, property 2).
 
-mod server_support;
-
 use std::time::Duration;
 
+use crate::support::server::{TestServer, assert_refused};
 use serde_json::json;
-use server_support::{TestServer, assert_refused};
 use tether::server::ServerConfig;
 use tether::store::MemoryStoreConfig;
 

@@ -2,12 +2,10 @@
 //! HTTP: each refusal has its status and JSON-RPC error body (`id` null), carries `Tether-Node`,
 //! and leaves the session working. docs/PROTOCOL.md rule numbers (T…) are cited per test.
 
-mod server_support;
-
 use std::time::Duration;
 
+use crate::support::server::{TestServer, assert_refused, assert_session_works, messages};
 use serde_json::{Value, json};
-use server_support::{TestServer, assert_refused, assert_session_works, messages};
 use tether::server::ServerConfig;
 use tether_testkit::raw::{RawRequest, SseItem};
 

@@ -4,8 +4,7 @@
 //! sees: when the reconnect arrives at the server, which `Error` a call fails with, how often
 //! the auth hook is asked.
 
-mod client_support;
-use client_support::{count_params, drain};
+use crate::support::client::{count_params, drain};
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

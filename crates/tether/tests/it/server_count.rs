@@ -2,14 +2,12 @@
 //! in JSON mode; many sessions with concurrent requests, each stream getting exactly its own
 //! events; a disconnect that does not cancel. docs/PROTOCOL.md rule numbers (T…) per test.
 
-mod server_support;
-
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::support::server::{TestServer, assert_count_stream, messages};
 use serde_json::{Value, json};
-use server_support::{TestServer, assert_count_stream, messages};
 use tether::server::ServerConfig;
 
 const V11: &str = "2025-11-25";

@@ -10,8 +10,7 @@
 //! workspace forbids): those tests run their client in a child process (this test binary,
 //! re-run on [`child_client`] alone) with the variables set on that child only.
 
-mod client_support;
-use client_support::drain;
+use crate::support::client::drain;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -417,9 +416,12 @@ async fn child_client() {
 /// those of `env`, and without the variables named in `unset`; panics with its output if it
 /// failed.
 async fn run_child(url: &str, ca_pem: Option<&str>, env: &[(&str, &str)], unset: &[&str]) {
+    // The child test's name in this binary: its module path without the crate's name.
+    let child = concat!(module_path!(), "::child_client");
+    let child = child.split_once("::").map_or(child, |(_, name)| name);
     let mut command = tokio::process::Command::new(std::env::current_exe().unwrap());
     command
-        .args(["--exact", "child_client", "--ignored", "--nocapture"])
+        .args(["--exact", child, "--ignored", "--nocapture"])
         .env(CHILD_URL, url)
         .kill_on_drop(true);
     for var in PROXY_VARS.iter().chain(unset) {

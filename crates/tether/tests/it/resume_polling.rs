@@ -3,13 +3,12 @@
 //! `retry` field without ending its stream; the client's resume after `retry` continues it to
 //! the result. Real sockets, raw reader. docs/PROTOCOL.md rule numbers (T…) per test.
 
-mod resume_support;
-
 use std::time::Duration;
 
-use resume_support::{
-    Call, ResumeServer, V11, assert_exact_count, messages, read_messages, read_priming, split_id,
+use crate::support::resume::{
+    Call, V11, assert_exact_count, messages, read_messages, read_priming, split_id,
 };
+use crate::support::server::TestServer;
 use serde_json::{Value, json};
 use tether::server::ServerConfig;
 use tether_testkit::raw::{RawClient, SseItem, Transcript};
@@ -42,7 +41,7 @@ fn assert_closed_with_retry(t: &Transcript) -> (u64, String) {
 /// its later events are stored; the resume after `retry` gets them and the result.
 #[tokio::test]
 async fn close_connection_ends_with_retry_and_the_resume_continues_to_the_result() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let Call {
         client,
         id,
@@ -89,7 +88,7 @@ async fn close_connection_on_a_quiet_resume_sends_an_id_first() {
         retry: Duration::from_millis(30),
         ..ServerConfig::default()
     };
-    let server = ResumeServer::start(config).await;
+    let server = TestServer::start(config).await;
     let Call {
         client,
         id,
@@ -139,7 +138,7 @@ fn assert_closed_with_retry_after_priming(t: &Transcript) -> (u64, String) {
 /// says so; the stream runs to its result on one connection.
 #[tokio::test]
 async fn close_connection_is_declined_for_older_sessions_and_json_answers() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let mut client = server.session(V03).await;
     let token = json!("old");
     let (id, mut post) = client
@@ -162,7 +161,7 @@ async fn close_connection_is_declined_for_older_sessions_and_json_answers() {
         json_response: true,
         ..ServerConfig::default()
     };
-    let server = ResumeServer::start(config).await;
+    let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let mut get = client.open_get_stream().await.unwrap();
     get.next_event().await.unwrap();
@@ -227,7 +226,7 @@ async fn poll_after_closes_long_connections_and_resume_continues() {
         retry: Duration::from_millis(20),
         ..ServerConfig::default()
     };
-    let server = ResumeServer::start(config).await;
+    let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let token = json!("polled");
     let started = tokio::time::Instant::now();
@@ -261,7 +260,7 @@ async fn poll_after_closes_get_streams_of_polling_sessions_only() {
         poll_after: Some(Duration::from_millis(200)),
         ..ServerConfig::default()
     };
-    let server = ResumeServer::start(config).await;
+    let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let t = client
         .open_get_stream()

@@ -3,8 +3,7 @@
 //! connections (cuts, resets, truncation inside an event, stalls), and every fault the test
 //! claims to survive is asserted in the proxy's counters. Real sockets, no mocks.
 
-mod client_support;
-use client_support::{count_params, fast_config, start_demo_server};
+use crate::support::client::{count_params, fast_config, start_demo_server};
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

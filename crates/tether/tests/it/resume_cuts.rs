@@ -4,13 +4,12 @@
 //! result, contiguous and once each (docs/DESIGN.md#property-1). docs/PROTOCOL.md rule numbers (T…)
 //! per test.
 
-mod resume_support;
-
 use std::time::Duration;
 
-use resume_support::{
-    Call, ResumeServer, V11, assert_exact_count, messages, read_messages, read_priming, split_id,
+use crate::support::resume::{
+    Call, V11, assert_exact_count, messages, read_messages, read_priming, split_id,
 };
+use crate::support::server::TestServer;
 use serde_json::json;
 use tether::server::ServerConfig;
 
@@ -30,7 +29,7 @@ enum Tool {
 /// One cut: the client reads the priming event and `k` messages of a gated `count` of `N`,
 /// cuts, and resumes with the last id it read. Returns how many messages the resume GET
 /// delivered that were stored before it was sent (replayed).
-async fn cut_and_resume(server: &ResumeServer, k: u64, tool: Tool) -> u64 {
+async fn cut_and_resume(server: &TestServer, k: u64, tool: Tool) -> u64 {
     let mut client = server.session(V11).await;
     let token = json!(format!("k{k}-{tool:?}"));
     let (id, mut post) = client
@@ -99,7 +98,7 @@ async fn cut_and_resume(server: &ResumeServer, k: u64, tool: Tool) -> u64 {
 /// result, contiguous, once each.
 #[tokio::test]
 async fn cut_at_every_position_resumes_exactly_the_missing_events_then_the_result() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     for tool in [Tool::Running, Tool::Finished] {
         for k in 0..=N {
             let replayed = cut_and_resume(&server, k, tool).await;
@@ -114,7 +113,7 @@ async fn cut_at_every_position_resumes_exactly_the_missing_events_then_the_resul
 /// response alone.
 #[tokio::test]
 async fn cut_after_completion_resumes_to_an_empty_ended_stream() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let Call {
         client,
         id,
@@ -155,7 +154,7 @@ async fn cut_after_completion_resumes_to_an_empty_ended_stream() {
 #[tokio::test]
 async fn emission_continuing_during_a_replay_stays_contiguous() {
     const COUNT: u64 = 400;
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let mut client = server.session(V11).await;
     let token = json!("busy");
     let (id, mut post) = client
@@ -191,7 +190,7 @@ async fn emission_continuing_during_a_replay_stays_contiguous() {
 #[tokio::test]
 async fn a_long_replay_with_appends_racing_it_is_exact() {
     const COUNT: u64 = 700;
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let mut client = server.session(V11).await;
     let token = json!(7);
     let (id, mut post) = client
@@ -220,7 +219,7 @@ async fn a_long_replay_with_appends_racing_it_is_exact() {
 /// events again, identically, and then goes on.
 #[tokio::test]
 async fn resuming_twice_with_the_same_id_replays_the_same_events() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let Call {
         client,
         id,
@@ -266,7 +265,7 @@ async fn resuming_twice_with_the_same_id_replays_the_same_events() {
 /// connection only.
 #[tokio::test]
 async fn a_second_get_for_the_same_stream_replaces_the_older_connection() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let Call {
         client,
         id,
@@ -302,7 +301,7 @@ async fn a_second_get_for_the_same_stream_replaces_the_older_connection() {
 /// progress and the result, once, and the GET ends.
 #[tokio::test]
 async fn resume_after_tool_finished_delivers_the_rest_and_the_result_once() {
-    let server = ResumeServer::start(ServerConfig::default()).await;
+    let server = TestServer::start(ServerConfig::default()).await;
     let Call {
         client,
         id,
@@ -330,12 +329,12 @@ async fn resume_after_tool_finished_delivers_the_rest_and_the_result_once() {
 
 /// The highest seq stored in `stream`, read from the store.
 async fn last_stored(
-    server: &ResumeServer,
+    server: &TestServer,
     client: &tether_testkit::raw::RawClient,
     stream: tether::proto::ids::StreamId,
 ) -> u64 {
     use tether::store::EventStore as _;
-    let owner = resume_support::owner(client);
+    let owner = crate::support::resume::owner(client);
     let mut last = 0;
     loop {
         let batch = server
