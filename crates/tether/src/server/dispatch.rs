@@ -96,10 +96,12 @@ pub(crate) enum Recipient {
     Node,
 }
 
-/// Handles the messages of one accepted POST (the session is known and valid).
+/// Handles the messages of one accepted POST (the session is known and valid); `body` is the
+/// POST's body as received, which recognizes a request sent again.
 pub(crate) async fn post(
     shared: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
+    body: &[u8],
     messages: Vec<Message>,
     accept: Option<&str>,
     is_batch: bool,
@@ -122,7 +124,7 @@ pub(crate) async fn post(
     };
     // The content of the POST's only request: how a request sent again is recognized.
     let single = match requests.as_slice() {
-        [request] => Some(fingerprint(request)),
+        [_] => Some(fingerprint(body)),
         _ => None,
     };
     if kind == Some(ResponseKind::EventStream)
@@ -263,14 +265,14 @@ async fn answer_sse(
     Ok(Answer::Stream(stream))
 }
 
-/// A request's content, as [`SessionRuntime::remember_request`] compares it: a request sent
-/// again must be the same request, not a new one reusing an id.
-fn fingerprint(request: &Request) -> u64 {
+/// The content of a POST holding one request, as [`SessionRuntime::remember_request`]
+/// compares it: a request sent again must be the same request, not a new one reusing an id.
+/// The body as received (a client sending a request again sends the same bytes), so nothing
+/// is serialized a second time.
+fn fingerprint(body: &[u8]) -> u64 {
     use std::hash::{Hash as _, Hasher as _};
     let mut hasher = std::hash::DefaultHasher::new();
-    serde_json::to_vec(request)
-        .expect("a parsed request serializes")
-        .hash(&mut hasher);
+    body.hash(&mut hasher);
     hasher.finish()
 }
 

@@ -256,6 +256,7 @@ pub(crate) async fn post(
             let answer = dispatch::post(
                 &shared,
                 &runtime,
+                &bytes,
                 body.into_messages(),
                 accept.as_deref(),
                 is_batch,

@@ -216,11 +216,13 @@ async fn take(shared: &Arc<ServerState>, handoff: Handoff) -> Result<HandoffAnsw
                 Batching::Forbidden
             };
             let runtime = shared.local_session(record).await?;
-            let body = parse_body(body.as_bytes(), batching)?;
+            let raw = body;
+            let body = parse_body(raw.as_bytes(), batching)?;
             let is_batch = matches!(body, RpcBody::Batch(_));
             let answer = dispatch::post(
                 shared,
                 &runtime,
+                raw.as_bytes(),
                 body.into_messages(),
                 accept.as_deref(),
                 is_batch,
