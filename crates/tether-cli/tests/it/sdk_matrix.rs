@@ -157,7 +157,11 @@ fn tether_serve() -> ServerSpec {
             "--retry-ms",
             RETRY_MS,
         ])
-        .env("RUST_LOG", "warn,tether::server::endpoint=debug")
+        // `session created` is logged by the server state, resumes and deletes by the endpoint.
+        .env(
+            "RUST_LOG",
+            "warn,tether::server::endpoint=debug,tether::server::state=info",
+        )
 }
 
 /// What an SDK client printed, in the order it must print it.
