@@ -508,3 +508,221 @@ async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::DemoHandler;
+    use crate::server::config::ServerConfig;
+    use crate::store::{EventStore, MemoryEventStore, MemorySessionStore, SessionStore};
+    use http::HeaderValue;
+    use serde_json::Value;
+    use tether_proto::jsonrpc::{Batching, parse_body};
+    use tether_proto::version::ProtocolVersion;
+
+    const SSE: Option<&str> = Some("application/json, text/event-stream");
+
+    async fn session(config: ServerConfig) -> (Arc<ServerState>, Arc<SessionRuntime>) {
+        let events: Arc<dyn EventStore> = Arc::new(MemoryEventStore::default());
+        let sessions: Arc<dyn SessionStore> = Arc::new(MemorySessionStore::new());
+        let state = Arc::new(ServerState::new(
+            config,
+            Arc::new(DemoHandler::new()),
+            events,
+            sessions,
+            HeaderValue::from_static("test"),
+        ));
+        let runtime = state
+            .create_session(ProtocolVersion::V2025_11_25, Arc::from("alice"))
+            .await
+            .expect("a session");
+        (state, runtime)
+    }
+
+    async fn post(
+        state: &Arc<ServerState>,
+        runtime: &Arc<SessionRuntime>,
+        body: &str,
+        accept: Option<&str>,
+    ) -> Result<Answer, ServerError> {
+        let messages = parse_body(body.as_bytes(), Batching::Forbidden)
+            .expect("valid JSON-RPC")
+            .into_messages();
+        super::post(
+            state,
+            runtime,
+            body.as_bytes(),
+            messages,
+            accept,
+            false,
+            Recipient::Client,
+        )
+        .await
+    }
+
+    /// Every message of `stream` (its priming event left out), read until it completes.
+    async fn messages(runtime: &SessionRuntime, stream: StreamId) -> Vec<Value> {
+        let mut cursor = 0;
+        let mut out = Vec::new();
+        loop {
+            let batch = runtime
+                .events()
+                .read_after(runtime.owner(), stream, cursor, 64)
+                .await
+                .expect("readable");
+            for event in &batch.events {
+                cursor = event.id.seq;
+                out.push(serde_json::from_slice(event.message()).expect("JSON"));
+            }
+            if batch.complete {
+                return out;
+            }
+            if batch.events.is_empty() {
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    runtime.events().wait_for_more(stream, cursor),
+                )
+                .await
+                .expect("the stream goes on")
+                .expect("waitable");
+            }
+        }
+    }
+
+    fn count(id: i64, n: u64, interval_ms: u64) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "count", "arguments": {"n": n, "interval_ms": interval_ms},
+            "_meta": {"progressToken": id}}})
+        .to_string()
+    }
+
+    #[tokio::test]
+    async fn notifications_alone_are_accepted_without_a_stream() {
+        let (state, runtime) = session(ServerConfig::default()).await;
+        let body = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let answer = post(&state, &runtime, body, SSE).await.expect("accepted");
+        assert!(matches!(answer, Answer::Accepted));
+    }
+
+    #[tokio::test]
+    async fn a_request_gets_a_stream_with_its_progress_then_its_response() {
+        let (state, runtime) = session(ServerConfig::default()).await;
+        let Answer::Stream(stream) = post(&state, &runtime, &count(1, 3, 0), SSE).await.unwrap()
+        else {
+            panic!("an SSE answer");
+        };
+        let messages = messages(&runtime, stream).await;
+        let progress: Vec<_> = messages
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .map(|m| m["params"]["progress"].as_u64().unwrap())
+            .collect();
+        assert_eq!(progress, [1, 2, 3]);
+        let last = messages.last().unwrap();
+        assert_eq!(last["id"], 1);
+        assert_eq!(last["result"]["content"][0]["text"], "counted 3");
+    }
+
+    #[tokio::test]
+    async fn the_same_request_sent_again_is_answered_by_its_first_stream_not_run_twice() {
+        let (state, runtime) = session(ServerConfig::default()).await;
+        let body = count(7, 3, 20);
+        let Answer::Stream(first) = post(&state, &runtime, &body, SSE).await.unwrap() else {
+            panic!("an SSE answer");
+        };
+        let Answer::Stream(again) = post(&state, &runtime, &body, SSE).await.unwrap() else {
+            panic!("an SSE answer");
+        };
+        assert_eq!(
+            again, first,
+            "reattached to the stream already answering it"
+        );
+        // Another request reusing the id while it is in flight is refused on its own stream.
+        let other = count(7, 5, 0);
+        let Answer::Stream(refused) = post(&state, &runtime, &other, SSE).await.unwrap() else {
+            panic!("an SSE answer");
+        };
+        assert_ne!(refused, first);
+        let answer = messages(&runtime, refused).await;
+        assert_eq!(answer.len(), 1, "{answer:?}");
+        assert_eq!(answer[0]["id"], 7);
+        assert_eq!(answer[0]["error"]["code"], INVALID_REQUEST);
+        let counted = messages(&runtime, first).await;
+        assert_eq!(
+            counted.last().unwrap()["result"]["content"][0]["text"],
+            "counted 3"
+        );
+    }
+
+    #[tokio::test]
+    async fn json_mode_answers_in_the_body_and_ping_is_the_transports() {
+        let config = ServerConfig {
+            json_response: true,
+            ..ServerConfig::default()
+        };
+        let (state, runtime) = session(config).await;
+        let ping = r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#;
+        let Answer::Json(body) = post(&state, &runtime, ping, SSE).await.unwrap() else {
+            panic!("a JSON answer");
+        };
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body, json!({"jsonrpc": "2.0", "id": "p", "result": {}}));
+    }
+
+    #[tokio::test]
+    async fn a_session_at_its_request_limit_refuses_more_before_any_side_effect() {
+        let config = ServerConfig {
+            max_concurrent_requests_per_session: 1,
+            ..ServerConfig::default()
+        };
+        let (state, runtime) = session(config).await;
+        let Answer::Stream(running) = post(&state, &runtime, &count(1, 2, 200), SSE)
+            .await
+            .unwrap()
+        else {
+            panic!("an SSE answer");
+        };
+        let refused = post(&state, &runtime, &count(2, 1, 0), SSE).await;
+        assert!(matches!(refused, Err(ServerError::TooManyRequests)));
+        // A 406 is decided before any side effect too.
+        let unacceptable = post(&state, &runtime, &count(3, 1, 0), Some("text/plain")).await;
+        assert!(matches!(
+            unacceptable,
+            Err(ServerError::NotAcceptable { .. })
+        ));
+        let done = messages(&runtime, running).await;
+        assert_eq!(
+            done.last().unwrap()["result"]["content"][0]["text"],
+            "counted 2"
+        );
+        assert!(matches!(
+            post(&state, &runtime, &count(4, 1, 0), SSE).await,
+            Ok(Answer::Stream(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn cancelling_a_request_ends_its_stream_without_a_response() {
+        let (state, runtime) = session(ServerConfig::default()).await;
+        let Answer::Stream(stream) = post(&state, &runtime, &count(9, 1000, 10), SSE)
+            .await
+            .unwrap()
+        else {
+            panic!("an SSE answer");
+        };
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 9}})
+        .to_string();
+        assert!(matches!(
+            post(&state, &runtime, &cancel, SSE).await,
+            Ok(Answer::Accepted)
+        ));
+        let messages = messages(&runtime, stream).await;
+        assert!(
+            messages.iter().all(|m| m.get("id").is_none()),
+            "a cancelled request gets no response (T16): {:?}",
+            messages.last()
+        );
+        assert!(messages.len() < 1000);
+    }
+}

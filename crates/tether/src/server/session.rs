@@ -452,3 +452,163 @@ impl Drop for ConnectionGuard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryEventStore;
+    use tether_proto::ids::SessionId;
+
+    fn runtime(max_event_bytes: usize) -> Arc<SessionRuntime> {
+        let record = SessionRecord {
+            id: SessionId::generate(),
+            version: ProtocolVersion::V2025_11_25,
+            principal: Arc::from("alice"),
+            standalone: StreamId::generate(),
+        };
+        SessionRuntime::new(
+            record,
+            Arc::new(MemoryEventStore::default()),
+            max_event_bytes,
+        )
+    }
+
+    fn ids(ids: &[i64]) -> Vec<RequestId> {
+        ids.iter().copied().map(RequestId::from).collect()
+    }
+
+    #[test]
+    fn slots_are_reserved_all_or_none_and_an_id_in_flight_is_refused() {
+        let session = runtime(1024);
+        assert!(
+            session.reserve(&ids(&[1, 2, 3]), 2).is_none(),
+            "three do not fit in two"
+        );
+        assert!(!session.is_busy(), "a refused reservation holds nothing");
+        let slots = session.reserve(&ids(&[1, 2]), 2).expect("two fit");
+        assert!(slots.iter().all(Result::is_ok));
+        assert!(session.is_busy());
+        assert!(
+            session.reserve(&ids(&[3]), 2).is_none(),
+            "the session is full"
+        );
+        drop(slots);
+        assert!(!session.is_busy(), "dropping the slots frees them");
+        let first = session.reserve(&ids(&[7]), 4).expect("room");
+        let again = session.reserve(&ids(&[7]), 4).expect("room");
+        assert!(first[0].is_ok());
+        assert!(
+            again[0].is_err(),
+            "an id already in flight is not run twice"
+        );
+    }
+
+    #[test]
+    fn cancelling_a_request_fires_its_token_once_and_frees_the_id() {
+        let session = runtime(1024);
+        let slots = session.reserve(&ids(&[5]), 4).expect("room");
+        let slot = slots.into_iter().next().unwrap().expect("a slot");
+        assert!(session.cancel_request(&RequestId::from(5_i64)));
+        assert!(slot.token().is_cancelled());
+        assert!(
+            !session.cancel_request(&RequestId::from(5_i64)),
+            "already gone"
+        );
+        // The id may be used again at once; the old slot's drop must not free the new one.
+        let reused = session.reserve(&ids(&[5]), 4).expect("room");
+        drop(slot);
+        assert!(session.is_busy(), "the reused id is still in flight");
+        drop(reused);
+        assert!(!session.is_busy());
+    }
+
+    #[test]
+    fn a_request_sent_again_finds_its_stream_only_with_the_same_content() {
+        let session = runtime(1024);
+        let stream = StreamId::generate();
+        session.remember_request(&RequestId::from(1_i64), 42, stream);
+        assert_eq!(
+            session.stream_of_request(&RequestId::from(1_i64), 42),
+            Some(stream)
+        );
+        assert_eq!(session.stream_of_request(&RequestId::from(1_i64), 43), None);
+        assert_eq!(session.stream_of_request(&RequestId::from(2_i64), 42), None);
+    }
+
+    #[test]
+    fn a_second_connection_replaces_the_first_and_close_requests_reach_the_current_one() {
+        let session = runtime(1024);
+        let stream = StreamId::generate();
+        let first = session.connect(stream);
+        let second = session.connect(stream);
+        assert!(
+            first.token().is_cancelled(),
+            "the older connection is told to end"
+        );
+        assert!(!second.token().is_cancelled());
+        let retry = Some(Duration::from_millis(250));
+        assert!(session.request_close(stream, retry));
+        assert!(second.close_requested().is_cancelled());
+        assert_eq!(second.close_retry(), retry);
+        // The replaced connection ending must not unregister its successor.
+        drop(first);
+        assert!(session.is_busy());
+        drop(second);
+        assert!(!session.is_busy());
+        assert!(
+            !session.request_close(stream, None),
+            "no connection is open"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_answer_reaches_the_waiting_request_and_closing_fails_the_rest() {
+        let session = runtime(1024);
+        let id = session.next_request_id();
+        let (_guard, answer) = session.expect_response(id.clone());
+        let response = Response::success(id, serde_json::json!({"ok": true}));
+        assert!(session.deliver_response(response.clone()));
+        assert_eq!(answer.await.expect("delivered"), response);
+        assert!(
+            !session.deliver_response(response),
+            "a second answer to the same id is dropped"
+        );
+        let other = session.next_request_id();
+        let (_guard, waiting) = session.expect_response(other);
+        let slots = session.reserve(&ids(&[9]), 4).expect("room");
+        session.close();
+        assert!(
+            waiting.await.is_err(),
+            "closing the session fails what waits"
+        );
+        assert!(slots[0].as_ref().unwrap().token().is_cancelled());
+        assert!(session.is_closed());
+    }
+
+    #[test]
+    fn an_answer_too_large_for_one_event_becomes_an_error_saying_so() {
+        let session = runtime(64);
+        let big = Response::success(
+            RequestId::from(1_i64),
+            serde_json::json!({"text": "x".repeat(100)}),
+        );
+        let bytes = session.response_bytes(&big);
+        let sent: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(sent["id"], 1);
+        assert_eq!(sent["error"]["code"], INTERNAL_ERROR);
+        assert_eq!(sent["error"]["data"]["reason"], "too_large");
+        assert_eq!(sent["error"]["data"]["limit"], 64);
+        let small = Response::success(RequestId::from(2_i64), serde_json::json!({}));
+        assert_eq!(session.response_bytes(&small), small.to_vec());
+    }
+
+    #[test]
+    fn the_standalone_cursor_only_moves_forward() {
+        let session = runtime(1024);
+        session.advance_standalone_cursor(5);
+        session.advance_standalone_cursor(3);
+        assert_eq!(session.standalone_cursor(), 5);
+        session.set_log_level(LogLevel::Warning);
+        assert_eq!(session.log_level(), LogLevel::Warning);
+    }
+}
