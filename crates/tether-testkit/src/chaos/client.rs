@@ -1,0 +1,137 @@
+//! The chaos workers that call through tether's client library, which resumes on its own:
+//! each call's messages are checked as the application takes them.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tether::client::{Client, ClientConfig, Error as ClientError, ToolCallItem};
+use tether::proto::backoff::{BackoffConfig, Budget};
+use tether::proto::jsonrpc::Response;
+use tether::proto::reconnect::ReconnectConfig;
+
+use super::{
+    Call, ChaosConfig, Ctx, Outcome, RAW_BACKOFF_CAP, RECONNECT_ATTEMPTS, RECONNECT_ELAPSED,
+    Tracker, check_result, error_outcome, finish, setup_failed, take_call, within_deadline,
+};
+
+pub(super) fn client_config(config: &ChaosConfig) -> ClientConfig {
+    let retry = Duration::from_millis(config.retry_ms.max(1));
+    ClientConfig {
+        reconnect: ReconnectConfig {
+            backoff: BackoffConfig {
+                base: retry,
+                cap: RAW_BACKOFF_CAP,
+                ..BackoffConfig::default()
+            },
+            budget: Budget {
+                max_attempts: RECONNECT_ATTEMPTS,
+                max_elapsed: RECONNECT_ELAPSED,
+            },
+            idle_timeout: config.idle_timeout,
+            ..ReconnectConfig::default()
+        },
+        request_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(2),
+        client_name: "tether-chaos".to_owned(),
+        ..ClientConfig::default()
+    }
+}
+
+/// When the current call's stream was lost (the first `Reconnecting` since its last
+/// delivered message).
+#[derive(Default)]
+pub(super) struct LossClock(Mutex<Option<Instant>>);
+
+pub(super) async fn client_worker(ctx: Arc<Ctx>, worker: usize) -> anyhow::Result<()> {
+    let mut attempts = 0;
+    let client = loop {
+        // Tether's client talks to one URL: workers are spread over the nodes.
+        let url = &ctx.urls[(worker / 2) % ctx.urls.len()];
+        match Client::connect(url, client_config(&ctx.config)).await {
+            Ok(client) => break client,
+            Err(error) => setup_failed(worker, &mut attempts, error).await?,
+        }
+    };
+    let clock = Arc::new(LossClock::default());
+    let watcher = {
+        let mut events = client.events();
+        let clock = Arc::clone(&clock);
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if let tether::client::ClientEvent::Reconnecting { .. } = event {
+                    ctx.tally.reconnects.fetch_add(1, Ordering::SeqCst);
+                    let mut at = clock.0.lock().unwrap_or_else(PoisonError::into_inner);
+                    at.get_or_insert_with(Instant::now);
+                }
+            }
+        })
+    };
+    while let Some((call, mut tracker)) = take_call(&ctx, &ctx.tally.client_calls).await {
+        *clock.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let outcome =
+            within_deadline(&ctx, client_call(&ctx, &client, &clock, call, &mut tracker)).await;
+        finish(&ctx, call.index, "client", &tracker, outcome);
+    }
+    watcher.abort();
+    // Through the faulty proxy the DELETE may fail; the server forgets the session anyway.
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.close()).await;
+    Ok(())
+}
+
+pub(super) async fn client_call(
+    ctx: &Ctx,
+    client: &Client,
+    clock: &LossClock,
+    call: Call,
+    tracker: &mut Tracker,
+) -> Outcome {
+    let Call { index, n, .. } = call;
+    let arguments = call.arguments();
+    let mut call = match client.call_tool("count", arguments).await {
+        Ok(call) => call,
+        Err(error) => return Outcome::BeforeStream(format!("{error:#}")),
+    };
+    while let Some(item) = call.next().await {
+        if let Some(lost_at) = clock
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            ctx.tally.latency(lost_at);
+        }
+        match item {
+            Ok(ToolCallItem::Progress { progress, .. }) => tracker.progress(progress as u64),
+            Ok(ToolCallItem::Response(Response::Result(result))) => {
+                check_result(ctx, index, n, &result.result);
+                return Outcome::Completed;
+            }
+            Ok(ToolCallItem::Response(Response::Error(error))) => {
+                let object = &error.error;
+                let data = object.data.clone().unwrap_or(Value::Null);
+                return error_outcome(
+                    &json!({"code": object.code, "message": object.message, "data": data}),
+                );
+            }
+            Ok(other) => {
+                return Outcome::Untyped(format!("unexpected item {other:?}"));
+            }
+            Err(error) => return client_error(error, tracker),
+        }
+    }
+    Outcome::Untyped("the call's stream ended without a response".to_owned())
+}
+
+pub(super) fn client_error(error: ClientError, tracker: &Tracker) -> Outcome {
+    let text = format!("{error:#} ({error:?})");
+    match error {
+        // The session died with its node; the client has already made a new one.
+        ClientError::SessionExpired => Outcome::ServerRestarted,
+        ClientError::NotResumable if tracker.max == 0 => Outcome::BeforeStream(text),
+        ClientError::Protocol(_) => Outcome::Untyped(text),
+        _ => Outcome::Typed(text),
+    }
+}

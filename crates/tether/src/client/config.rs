@@ -1,0 +1,140 @@
+//! How a client behaves: [`ClientConfig`] with every default and the reason for it, and the
+//! bearer-token hooks ([`AuthProvider`], [`StaticToken`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tether_proto::reconnect::ReconnectConfig;
+use tether_proto::version::ProtocolVersion;
+
+use super::{ResumptionToken, ServerRequestHandler};
+
+/// Default [`ClientConfig::request_timeout`]: 30 s to get the head of an answer (or a whole
+/// JSON body). Long tool calls are not bounded by it: their SSE streams are watched by the
+/// idle timeout instead.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default [`ClientConfig::connect_timeout`]: 10 s for TCP (and TLS) setup.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default [`ClientConfig::dedup_window`]: recent event ids remembered per stream. A replay
+/// repeats at most the events after the cursor (tether) or the cursor's own event (some
+/// peers), so a window far larger than any in-flight backlog costs a few KiB and is safe.
+pub const DEFAULT_DEDUP_WINDOW: usize = 1024;
+
+/// Default [`ClientConfig::stream_buffer`]: messages a stream task may decode ahead of the
+/// application. Small, so that a slow application slows the server (bounded memory) rather
+/// than the client buffering without limit.
+pub const DEFAULT_STREAM_BUFFER: usize = 16;
+
+/// The most of an error response's body kept in [`Error::Status`].
+pub const MAX_ERROR_BODY: usize = 4096;
+
+/// Called with the new token after each commit that moves a stream's cursor.
+pub type TokenCallback = Arc<dyn Fn(&ResumptionToken) + Send + Sync>;
+
+/// Supplies the bearer token sent as `Authorization: Bearer …`.
+#[async_trait]
+pub trait AuthProvider: Send + Sync {
+    /// The token to send, or `None` for no `Authorization` header. `refresh` is `true` after
+    /// the server answered 401 to the previous token; the request is then sent once more.
+    async fn bearer_token(&self, refresh: bool) -> Option<String>;
+}
+
+/// A fixed bearer token.
+#[derive(Debug, Clone)]
+pub struct StaticToken(pub String);
+
+#[async_trait]
+impl AuthProvider for StaticToken {
+    async fn bearer_token(&self, _refresh: bool) -> Option<String> {
+        Some(self.0.clone())
+    }
+}
+
+/// How a [`Client`] behaves. `Default` gives the documented defaults.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// Reconnect policy and the idle timeout (60 s by default) of every stream.
+    pub reconnect: ReconnectConfig,
+    /// Wait for an answer's head ([`DEFAULT_REQUEST_TIMEOUT`]).
+    pub request_timeout: Duration,
+    /// Connection setup ([`DEFAULT_CONNECT_TIMEOUT`]).
+    pub connect_timeout: Duration,
+    /// The version asked for in `initialize` ([`ProtocolVersion::LATEST`]).
+    pub protocol_version: ProtocolVersion,
+    /// `clientInfo.name` (default `tether`).
+    pub client_name: String,
+    /// `clientInfo.version` (default this crate's version).
+    pub client_version: String,
+    /// The client capabilities sent in `initialize`, and again on re-initialization.
+    pub capabilities: Value,
+    /// Extra headers on every request.
+    pub headers: Vec<(String, String)>,
+    /// The bearer token hook.
+    pub auth: Option<Arc<dyn AuthProvider>>,
+    /// Called after each commit; see [`MessageStream`].
+    pub on_resumption_token: Option<TokenCallback>,
+    /// Recent event ids remembered per stream ([`DEFAULT_DEDUP_WINDOW`]).
+    pub dedup_window: usize,
+    /// Messages decoded ahead of the application per stream ([`DEFAULT_STREAM_BUFFER`]).
+    pub stream_buffer: usize,
+    /// Root certificates trusted for HTTPS in addition to the platform's: a private CA, or a
+    /// development server's self-signed certificate. Each entry is PEM (one or more
+    /// `CERTIFICATE` blocks, as in a `.pem` or `.crt` file) or a single DER certificate.
+    /// Empty by default. An entry that does not parse fails [`Client::connect`] with
+    /// [`Error::Config`].
+    pub extra_root_certificates: Vec<Vec<u8>>,
+    /// Answers server→client requests other than `ping` (which the client always answers
+    /// itself, still yielding it). `None` (the default): every other request is yielded by
+    /// its stream for the application to answer with [`Client::respond`]. With a handler,
+    /// each request it [accepts](ServerRequestHandler::accepts), on any stream (a request's,
+    /// a [`ToolCall`]'s, or the standalone stream of [`Client::server_messages`]), is answered
+    /// with the handler's result or error when the stream reaches it, and is not yielded;
+    /// requests it declines are yielded as without a handler. Streams only answer while the
+    /// application reads them.
+    pub request_handler: Option<Arc<dyn ServerRequestHandler>>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            reconnect: ReconnectConfig::default(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            protocol_version: ProtocolVersion::LATEST,
+            client_name: "tether".to_owned(),
+            client_version: env!("CARGO_PKG_VERSION").to_owned(),
+            capabilities: json!({}),
+            headers: Vec::new(),
+            auth: None,
+            on_resumption_token: None,
+            dedup_window: DEFAULT_DEDUP_WINDOW,
+            stream_buffer: DEFAULT_STREAM_BUFFER,
+            extra_root_certificates: Vec::new(),
+            request_handler: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("reconnect", &self.reconnect)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("protocol_version", &self.protocol_version)
+            .field("client_name", &self.client_name)
+            .field("auth", &self.auth.is_some())
+            .field("dedup_window", &self.dedup_window)
+            .field("stream_buffer", &self.stream_buffer)
+            .field(
+                "extra_root_certificates",
+                &self.extra_root_certificates.len(),
+            )
+            .field("request_handler", &self.request_handler.is_some())
+            .finish_non_exhaustive()
+    }
+}

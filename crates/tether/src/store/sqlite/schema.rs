@@ -1,0 +1,239 @@
+//! Opening a SQLite store's file: the lock that keeps it to one process, the writer
+//! connection's settings and schema (creating the tables, converting a file written before
+//! chunks), the read-only connections, and the checkpoint thread that copies the WAL back
+//! into the file so that no commit waits for it.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, params};
+
+use super::{Durability, SqliteOpenError, SqliteStoreConfig};
+use crate::lock as guard;
+use crate::store::chunk;
+
+/// Takes the store's lock file (`<path>.lock`), held for as long as the store is open.
+pub(super) fn lock_store(path: &Path) -> Result<std::fs::File, SqliteOpenError> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|source| SqliteOpenError::Lock {
+            path: lock_path.clone(),
+            source,
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SqliteOpenError::InUse {
+            path: path.to_owned(),
+        }),
+        Err(std::fs::TryLockError::Error(source)) => Err(SqliteOpenError::Lock {
+            path: lock_path,
+            source,
+        }),
+    }
+}
+
+pub(super) fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        &config.path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    // Room for every statement the writer prepares, so none is prepared again per batch.
+    conn.set_prepared_statement_cache_capacity(64);
+    // The first statement that reads the file: a file that is not a database fails here.
+    // `auto_vacuum` takes effect only on a new file, before WAL mode writes its header.
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+    let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    let synchronous = match config.durability {
+        Durability::Normal => "NORMAL",
+        Durability::Full => "FULL",
+    };
+    // Checkpoints run on their own thread (`Checkpointer`), not inside the writer's commits;
+    // the page cache holds a large batch's pages, so a transaction does not spill mid-way.
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = {synchronous};
+         PRAGMA wal_autocheckpoint = 0;
+         PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};
+         PRAGMA cache_size = -{WRITER_CACHE_KIB};
+         CREATE TABLE IF NOT EXISTS streams (
+             stream TEXT PRIMARY KEY NOT NULL,
+             principal TEXT NOT NULL,
+             session TEXT NOT NULL,
+             kind INTEGER NOT NULL,
+             first_seq INTEGER NOT NULL,
+             completed_at INTEGER,
+             requests TEXT NOT NULL DEFAULT '[]'
+         );
+         CREATE INDEX IF NOT EXISTS streams_by_session ON streams (session);
+         CREATE TABLE IF NOT EXISTS chunks (
+             stream TEXT NOT NULL,
+             first_seq INTEGER NOT NULL,
+             last_seq INTEGER NOT NULL,
+             frames BLOB NOT NULL,
+             PRIMARY KEY (stream, first_seq)
+         );
+         CREATE TABLE IF NOT EXISTS tombstones (
+             stream TEXT PRIMARY KEY NOT NULL,
+             principal TEXT NOT NULL,
+             session TEXT NOT NULL
+         );
+         CREATE INDEX IF NOT EXISTS tombstones_by_session ON tombstones (session);
+         CREATE TABLE IF NOT EXISTS sessions (
+             id TEXT PRIMARY KEY NOT NULL,
+             version TEXT NOT NULL,
+             principal TEXT NOT NULL,
+             standalone TEXT NOT NULL,
+             last_seen INTEGER NOT NULL
+         );"
+    ))?;
+    convert_events_table(&conn)?;
+    Ok(conn)
+}
+
+/// Converts a file written before chunks: each row of its `events(stream, seq, frame)`
+/// table becomes a chunk of one event, in the order they were appended, and the table goes.
+/// One transaction: a crash leaves the file as it was, converted at the next open.
+pub(super) fn convert_events_table(conn: &Connection) -> rusqlite::Result<()> {
+    let old: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !old {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let converted = (|| {
+        let mut read = conn.prepare("SELECT stream, seq, frame FROM events ORDER BY rowid")?;
+        let mut write = conn.prepare(
+            "INSERT INTO chunks (stream, first_seq, last_seq, frames) VALUES (?1, ?2, ?2, ?3)",
+        )?;
+        let mut rows = read.query([])?;
+        let mut encoded = Vec::new();
+        while let Some(row) = rows.next()? {
+            let stream: String = row.get(0)?;
+            let seq: i64 = row.get(1)?;
+            encoded.clear();
+            chunk::push(&mut encoded, row.get_ref(2)?.as_blob()?);
+            write.execute(params![stream, seq, encoded])?;
+        }
+        drop(rows);
+        conn.execute_batch("DROP TABLE events; COMMIT")
+    })();
+    if converted.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    converted
+}
+
+/// Bytes of WAL the writer commits (estimated from what it inserts) before it asks the
+/// checkpointer to copy the WAL back into the database file: SQLite's own auto-checkpoint
+/// threshold (1000 pages).
+pub(super) const CHECKPOINT_AFTER_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The size the WAL file is truncated to after a checkpoint let it restart.
+pub(super) const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// The writer connection's page cache, in KiB.
+pub(super) const WRITER_CACHE_KIB: u64 = 16 * 1024;
+
+/// Copies the WAL back into the database file on a thread of its own, so the writer's commits
+/// never wait for a checkpoint or its syncs. PASSIVE checkpoints run beside the writer and
+/// the readers without taking a lock they wait on.
+pub(super) struct Checkpointer {
+    signal: Arc<(Mutex<CheckpointState>, std::sync::Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+pub(super) struct CheckpointState {
+    /// WAL bytes committed since the last checkpoint began (an estimate).
+    committed: u64,
+    stop: bool,
+}
+
+impl Checkpointer {
+    pub(super) fn start(path: &Path) -> std::io::Result<Self> {
+        let signal: Arc<(Mutex<CheckpointState>, std::sync::Condvar)> = Arc::default();
+        let shared = Arc::clone(&signal);
+        let path = path.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("tether-sqlite-checkpoint".into())
+            .spawn(move || checkpoint_loop(&path, &shared))?;
+        Ok(Self {
+            signal,
+            thread: Some(thread),
+        })
+    }
+
+    /// Counts `bytes` committed to the WAL; wakes the checkpointer past the threshold.
+    pub(super) fn committed(&self, bytes: u64) {
+        let (state, wake) = &*self.signal;
+        let mut state = guard(state);
+        state.committed += bytes;
+        if state.committed >= CHECKPOINT_AFTER_BYTES {
+            wake.notify_one();
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let (state, wake) = &*self.signal;
+        guard(state).stop = true;
+        wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+pub(super) fn checkpoint_loop(path: &Path, signal: &(Mutex<CheckpointState>, std::sync::Condvar)) {
+    let conn = match Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    ) {
+        Ok(conn) => conn,
+        Err(error) => {
+            tracing::error!(%error, "sqlite store: no checkpoint connection; the WAL will grow until the store closes");
+            return;
+        }
+    };
+    let (state, wake) = signal;
+    loop {
+        {
+            let mut state = guard(state);
+            while !state.stop && state.committed < CHECKPOINT_AFTER_BYTES {
+                state = wake
+                    .wait(state)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            if state.stop {
+                return;
+            }
+            state.committed = 0;
+        }
+        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(%error, "sqlite store: checkpoint failed; retried after the next commits");
+        }
+    }
+}
+
+pub(super) fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(conn)
+}
