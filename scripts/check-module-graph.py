@@ -11,6 +11,7 @@ Comments and string literals do not. Inside a nested inline module (`mod tests {
 An item of `mod.rs` named through `super::Item` is an edge to `mod`.
 
 Prints the edges with --print, and exits 1, naming the cycle, when there is one.
+--self-test first checks the checker on small module trees written to a temporary directory.
 """
 
 import os
@@ -147,7 +148,37 @@ def target(path: str, module: str, nested: int, modules: set, crate_prefix: list
     return rest[0] if rest[0] in modules else "mod"
 
 
+def self_test() -> None:
+    """The checker finds the cycles it must and no edge where there is none."""
+    import subprocess
+    import tempfile
+
+    cases = {
+        # A group import and a path in an expression close a circle.
+        "cycle": ({"mod": "mod a;\nmod b;\n", "a": "use super::{b::X, c};\n",
+                   "b": "fn f() { super::a::g(); }\n"}, 1),
+        # `use super::*` in a nested test module is the file itself; mod.rs items are `mod`.
+        "clean": ({"mod": "mod a;\nmod b;\npub use a::X;\n",
+                   "a": "use super::b::Y;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n",
+                   "b": "// use super::a::X;\nconst S: &str = \"super::a::X\";\n"}, 0),
+        # A submodule naming an item of mod.rs imports mod.rs, which imports it back.
+        "upward": ({"mod": "mod a;\npub use a::X;\n", "a": "use super::Config;\n"}, 1),
+    }
+    for name, (files, expected) in cases.items():
+        with tempfile.TemporaryDirectory() as root:
+            for module, text in files.items():
+                with open(os.path.join(root, module + ".rs"), "w", encoding="utf-8") as f:
+                    f.write(text)
+            run = subprocess.run([sys.executable, __file__, root], capture_output=True)
+            if run.returncode != expected:
+                sys.exit(f"check-module-graph self-test {name}: exit {run.returncode}, "
+                         f"expected {expected}: {run.stdout!r} {run.stderr!r}")
+    print("check-module-graph: self-test ok")
+
+
 def main() -> int:
+    if "--self-test" in sys.argv:
+        self_test()
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     show = "--print" in sys.argv
     root = args[0] if args else "crates/tether/src/server"

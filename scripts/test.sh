@@ -46,6 +46,7 @@ stage setup      scripts/setup.sh
 stage fmt        cargo fmt --all -- --check
 stage deps       scripts/check-deps.sh
 stage docs       scripts/check-docs.sh
+stage modules    python3 scripts/check-module-graph.py --self-test crates/tether/src/server
 stage clippy     cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 stage doc        env RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --all-features --no-deps
 # The conformance suite runs in a stage of its own, with its output shown, so that its summary
