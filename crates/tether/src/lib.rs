@@ -1,21 +1,48 @@
 //! MCP Streamable HTTP for Rust, server and client, whose streams survive disconnects.
 //!
 //! This crate is the I/O layer: event stores, the HTTP server and the HTTP client, each a thin
-//! driver around the pure logic in [`tether_proto`] (JSON-RPC framing, ids, backoff and the
-//! reconnect state machine) and [`tether_sse`] (the server-sent events codec). Those two crates
-//! are re-exported as [`proto`] and [`sse`] so that applications need only this one dependency.
+//! driver around the pure logic in [`tether_proto`] (JSON-RPC framing, ids, backoff, the
+//! reconnect machine and the SSE writer machine) and [`tether_sse`] (the server-sent events
+//! codec). Those two crates are re-exported as [`proto`] and [`sse`] so that applications need
+//! only this one dependency.
 //!
-//! - [`store`]: the event and session stores behind every stream: memory, SQLite (feature
-//!   `sqlite`) and Redis (feature `redis`).
+//! ```no_run
+//! # use std::sync::Arc;
+//! # async fn run(handler: Arc<dyn tether::server::Handler>) -> Result<(), Box<dyn std::error::Error>> {
+//! use tether::server::Server;
+//! use tether::store::{StoreLimits, Stores};
+//!
+//! let server = Server::builder(handler)
+//!     .stores(Stores::memory(StoreLimits::default()))
+//!     .build()
+//!     .await?;
+//! // Mount `server.mcp_service()` in your own router, or:
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`store`]: the event log behind every stream and the session records, behind two traits
+//!   with one behaviour suite: memory, SQLite (feature `sqlite`) and Redis (feature `redis`),
+//!   each opened the same way as a [`store::Stores`] bundle with one [`store::StoreLimits`].
+//!   Durable backends pipeline their commits (`store/pipeline.rs`) and store chunks of events.
+//! - [`server`] (feature `server`): the Streamable HTTP endpoint. `Server::builder` → a server
+//!   whose background work has started; `mcp_service()` to mount, `ops_router()` for
+//!   `/healthz` and `/metrics`, `serve()` to run it alone. Its modules import one way: config
+//!   and session state at the bottom, then the server state, dispatch, the HTTP answers,
+//!   handoffs between nodes, background work, and the axum handlers at the top.
 //! - [`gateway`] (feature `server`): a stdio MCP server, one process per session, behind the
 //!   server.
 //! - [`stdio`]: JSON-RPC over stdio lines, read the same way by the gateway and `tether
 //!   connect`.
-//! - [`server`] (feature `server`): the Streamable HTTP endpoint, the handler API, and
-//!   `serve`.
-//! - [`demo`] (feature `server`): the built-in demo server of `tether serve`.
+//! - [`demo`] (feature `server`): the demo handler of `tether serve` (`count`, `echo`).
 //! - [`client`] (feature `client`): the client, whose streams resume across disconnects and
 //!   hand every server message to the application once, in order.
+//!
+//! The conformance suite's fixtures are not here: they are the `tether-conformance` crate's.
+//! How the parts fit, and why, is in the repository's `docs/ARCHITECTURE.md`.
 
 pub use tether_proto as proto;
 pub use tether_sse as sse;

@@ -1,4 +1,4 @@
-//! How a client behaves: [`ClientConfig`] with every default and the reason for it, and the
+//! How a client behaves: [`ClientConfig`](super::ClientConfig) with every default and the reason for it, and the
 //! bearer-token hooks ([`AuthProvider`], [`StaticToken`]).
 
 use std::sync::Arc;
@@ -11,25 +11,25 @@ use tether_proto::version::ProtocolVersion;
 
 use super::{ResumptionToken, ServerRequestHandler};
 
-/// Default [`ClientConfig::request_timeout`]: 30 s to get the head of an answer (or a whole
+/// Default [`ClientConfig::request_timeout`](super::ClientConfig::request_timeout): 30 s to get the head of an answer (or a whole
 /// JSON body). Long tool calls are not bounded by it: their SSE streams are watched by the
 /// idle timeout instead.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Default [`ClientConfig::connect_timeout`]: 10 s for TCP (and TLS) setup.
+/// Default [`ClientConfig::connect_timeout`](super::ClientConfig::connect_timeout): 10 s for TCP (and TLS) setup.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Default [`ClientConfig::dedup_window`]: recent event ids remembered per stream. A replay
+/// Default [`ClientConfig::dedup_window`](super::ClientConfig::dedup_window): recent event ids remembered per stream. A replay
 /// repeats at most the events after the cursor (tether) or the cursor's own event (some
 /// peers), so a window far larger than any in-flight backlog costs a few KiB and is safe.
 pub const DEFAULT_DEDUP_WINDOW: usize = 1024;
 
-/// Default [`ClientConfig::stream_buffer`]: messages a stream task may decode ahead of the
+/// Default [`ClientConfig::stream_buffer`](super::ClientConfig::stream_buffer): messages a stream task may decode ahead of the
 /// application. Small, so that a slow application slows the server (bounded memory) rather
 /// than the client buffering without limit.
 pub const DEFAULT_STREAM_BUFFER: usize = 16;
 
-/// The most of an error response's body kept in [`Error::Status`].
+/// The most of an error response's body kept in [`Error::Status`](super::Error::Status).
 pub const MAX_ERROR_BODY: usize = 4096;
 
 /// Called with the new token after each commit that moves a stream's cursor.
@@ -54,7 +54,7 @@ impl AuthProvider for StaticToken {
     }
 }
 
-/// How a [`Client`] behaves. `Default` gives the documented defaults.
+/// How a [`Client`](super::Client) behaves. `Default` gives the documented defaults.
 #[derive(Clone)]
 pub struct ClientConfig {
     /// Reconnect policy and the idle timeout (60 s by default) of every stream.
@@ -75,7 +75,7 @@ pub struct ClientConfig {
     pub headers: Vec<(String, String)>,
     /// The bearer token hook.
     pub auth: Option<Arc<dyn AuthProvider>>,
-    /// Called after each commit; see [`MessageStream`].
+    /// Called after each commit; see [`MessageStream`](super::MessageStream).
     pub on_resumption_token: Option<TokenCallback>,
     /// Recent event ids remembered per stream ([`DEFAULT_DEDUP_WINDOW`]).
     pub dedup_window: usize,
@@ -84,14 +84,14 @@ pub struct ClientConfig {
     /// Root certificates trusted for HTTPS in addition to the platform's: a private CA, or a
     /// development server's self-signed certificate. Each entry is PEM (one or more
     /// `CERTIFICATE` blocks, as in a `.pem` or `.crt` file) or a single DER certificate.
-    /// Empty by default. An entry that does not parse fails [`Client::connect`] with
-    /// [`Error::Config`].
+    /// Empty by default. An entry that does not parse fails [`Client::connect`](super::Client::connect) with
+    /// [`Error::Config`](super::Error::Config).
     pub extra_root_certificates: Vec<Vec<u8>>,
     /// Answers server→client requests other than `ping` (which the client always answers
     /// itself, still yielding it). `None` (the default): every other request is yielded by
-    /// its stream for the application to answer with [`Client::respond`]. With a handler,
+    /// its stream for the application to answer with [`Client::respond`](super::Client::respond). With a handler,
     /// each request it [accepts](ServerRequestHandler::accepts), on any stream (a request's,
-    /// a [`ToolCall`]'s, or the standalone stream of [`Client::server_messages`]), is answered
+    /// a [`ToolCall`](super::ToolCall)'s, or the standalone stream of [`Client::server_messages`](super::Client::server_messages)), is answered
     /// with the handler's result or error when the stream reaches it, and is not yielded;
     /// requests it declines are yielded as without a handler. Streams only answer while the
     /// application reads them.

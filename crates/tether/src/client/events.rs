@@ -1,5 +1,5 @@
 //! What the client did on its own that an application may need to react to
-//! ([`ClientEvent`]), and the receiver that hands those events out ([`ClientEvents`]).
+//! ([`ClientEvent`](super::ClientEvent)), and the receiver that hands those events out ([`ClientEvents`]).
 
 use tether_proto::jsonrpc::RequestId;
 use tokio::sync::broadcast;
@@ -45,7 +45,7 @@ pub enum ClientEvent {
     },
 }
 
-/// A subscription to [`ClientEvent`]s.
+/// A subscription to [`ClientEvent`](super::ClientEvent)s.
 #[derive(Debug)]
 pub struct ClientEvents(pub(super) broadcast::Receiver<ClientEvent>);
 

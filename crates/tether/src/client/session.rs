@@ -24,7 +24,7 @@ use super::tls::http_client;
 use super::transport::{Failed, Transport};
 use super::{ClientConfig, ClientEvent, Error, transport};
 
-/// How long [`Client::connect`] probes for the 2024-11-05 `endpoint` event after an
+/// How long [`Client::connect`](super::Client::connect) probes for the 2024-11-05 `endpoint` event after an
 /// `initialize` was refused.
 pub(super) const LEGACY_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -67,7 +67,7 @@ pub(super) async fn read_body(
 impl Inner {
     /// The client state for `url`, not yet initialized: the HTTP client (TLS roots, timeouts),
     /// the configured headers, and request ids counting from `first_id`. Shared by
-    /// [`Client::connect`] and [`Client::resume`] so that both speak with the same settings.
+    /// [`Client::connect`](super::Client::connect) and [`Client::resume`](super::Client::resume) so that both speak with the same settings.
     pub(super) fn build(
         url: &str,
         config: ClientConfig,
@@ -162,7 +162,7 @@ impl Inner {
     }
 
     /// Replaces the session of generation `failed` (once, however many streams found it
-    /// gone), emitting [`ClientEvent`]s.
+    /// gone), emitting [`ClientEvent`](super::ClientEvent)s.
     pub(super) async fn reinitialize(self: &Arc<Self>, failed: u64) -> Result<(), Error> {
         let _guard = self.reinit.lock().await;
         let session = self.transport.session();

@@ -4,7 +4,7 @@
 
 use super::{ClientConfig, Error};
 
-/// Parses [`ClientConfig::extra_root_certificates`]: PEM bundles and DER certificates.
+/// Parses [`ClientConfig::extra_root_certificates`](super::ClientConfig::extra_root_certificates): PEM bundles and DER certificates.
 pub(super) fn root_certificates(entries: &[Vec<u8>]) -> Result<Vec<reqwest::Certificate>, Error> {
     let mut roots = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
@@ -27,7 +27,7 @@ pub(super) fn root_certificates(entries: &[Vec<u8>]) -> Result<Vec<reqwest::Cert
 /// The HTTP client: the platform's roots plus the extra ones. A system without a CA bundle
 /// (a minimal container) has no platform roots, which fails the build; the client then
 /// trusts only the extra roots, so that plain `http://` still works and an `https://`
-/// server the extra roots do not cover is refused with [`Error::Tls`] (unknown issuer).
+/// server the extra roots do not cover is refused with [`Error::Tls`](super::Error::Tls) (unknown issuer).
 pub(super) fn http_client(config: &ClientConfig) -> Result<reqwest::Client, Error> {
     let roots = root_certificates(&config.extra_root_certificates)?;
     ensure_crypto_provider();
