@@ -71,9 +71,10 @@ pub(crate) struct ConnectArgs {
 
 /// Runs `tether connect` until stdin ends.
 pub(crate) fn run(args: ConnectArgs) -> anyhow::Result<ExitCode> {
-    let mut config = ClientConfig {
-        headers: remote::parse_headers(&args.headers)?,
-        ..ClientConfig::default()
+    let mut config = {
+        let mut config = ClientConfig::default();
+        config.headers = remote::parse_headers(&args.headers)?;
+        config
     };
     if let Some(path) = &args.bearer_token_file {
         config.auth = Some(remote::bearer_auth(path)?);

@@ -138,12 +138,10 @@ async fn sse_retry(url: &str) -> anyhow::Result<()> {
 /// SDK's) sends that request unrelated to the call, so on the standalone stream, and drops it
 /// if none is open: the stream must be open before the call.
 async fn elicitation_defaults(url: &str) -> anyhow::Result<()> {
-    let config = ClientConfig {
-        // Form mode only (MCP 2025-11-25): this client cannot open URLs.
-        capabilities: json!({"elicitation": {"form": {}}}),
-        request_handler: Some(Arc::new(AcceptDefaults)),
-        ..ClientConfig::default()
-    };
+    let mut config = ClientConfig::default();
+    // Form mode only (MCP 2025-11-25): this client cannot open URLs.
+    config.capabilities = json!({"elicitation": {"form": {}}});
+    config.request_handler = Some(Arc::new(AcceptDefaults));
     let client = connect(url, config).await?;
     let _listener = listen(&client).await?;
     let tools = list_tools(&client).await?;
@@ -154,10 +152,8 @@ async fn elicitation_defaults(url: &str) -> anyhow::Result<()> {
 }
 
 async fn connect(url: &str, config: ClientConfig) -> anyhow::Result<Client> {
-    let config = ClientConfig {
-        client_name: "tether-conformance-client".to_owned(),
-        ..config
-    };
+    let mut config = config;
+    config.client_name = "tether-conformance-client".to_owned();
     let client = Client::connect(url, config)
         .await
         .with_context(|| format!("connecting to {url}"))?;

@@ -987,7 +987,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use tether_proto::jsonrpc::INVALID_PARAMS;
+    use tether::proto::jsonrpc::INVALID_PARAMS;
 
     use super::*;
 

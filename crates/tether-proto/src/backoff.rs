@@ -103,6 +103,7 @@ pub const DEFAULT_CAP: Duration = Duration::from_secs(30);
 /// as in the AWS architecture blog's "Exponential Backoff and Jitter"), which spreads clients
 /// that failed together across the whole window instead of bunching them at its edge.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct BackoffConfig {
     /// The first step: the wait before the first reconnect after a loss when the server sent
     /// no `retry`, and the unit the later steps grow from.
@@ -126,6 +127,12 @@ impl Default for BackoffConfig {
 }
 
 impl BackoffConfig {
+    /// Steps from `base`, growing by `factor`, never above `cap`.
+    #[must_use]
+    pub const fn new(base: Duration, factor: f64, cap: Duration) -> Self {
+        Self { base, factor, cap }
+    }
+
     /// The un-jittered step for `attempt` (0-based): `min(cap, base × factor^attempt)`.
     ///
     /// Never panics; non-decreasing in `attempt`; never above `cap`.

@@ -54,6 +54,7 @@ pub const DEFAULT_STABLE_AFTER: Duration = DEFAULT_CAP;
 
 /// How one stream reconnects. `Default` gives the documented defaults.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct ReconnectConfig {
     /// Backoff between failed attempts.
     pub backoff: BackoffConfig,

@@ -59,11 +59,10 @@ use criterion::{Criterion, SamplingMode, Throughput};
 use serde_json::{Value, json};
 use tether::demo::DemoHandler;
 use tether::proto::ids::{SessionId, StreamId};
-use tether::server::{HEALTHZ_PATH, Server, ServerConfig};
+use tether::server::{HEALTHZ_PATH, Server};
 use tether::sse::{Decoder, Item};
 use tether::store::{
-    ANONYMOUS_PRINCIPAL, EventStore, MemoryEventStore, MemorySessionStore, MemoryStoreConfig,
-    StreamKind, StreamOwner,
+    ANONYMOUS_PRINCIPAL, EventStore, MemoryEventStore, StoreLimits, Stores, StreamKind, StreamOwner,
 };
 use tether_testkit::raw::{PROTOCOL_VERSION, RawClient, Transcript};
 use tokio::runtime::Runtime;
@@ -191,17 +190,14 @@ impl Fixture {
             .build()
             .expect("client runtime");
         let (addr, shutdown, serving) = server_rt.block_on(async {
-            let events = MemoryEventStore::new(MemoryStoreConfig {
-                max_events_per_session: SESSION_EVENT_CAP,
-                max_bytes_per_session: SESSION_BYTE_CAP,
-                ..MemoryStoreConfig::default()
-            });
-            let server = Server::new(
-                ServerConfig::default(),
-                Arc::new(DemoHandler::new()),
-                Arc::new(events),
-                Arc::new(MemorySessionStore::new()),
-            );
+            let mut limits = StoreLimits::default();
+            limits.max_events_per_session = SESSION_EVENT_CAP;
+            limits.max_bytes_per_session = SESSION_BYTE_CAP;
+            let server = Server::builder(Arc::new(DemoHandler::new()))
+                .stores(Stores::memory(limits))
+                .build()
+                .await
+                .expect("a server");
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
                 .expect("bind");
@@ -544,12 +540,11 @@ fn progress_messages() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn store_config() -> MemoryStoreConfig {
-    MemoryStoreConfig {
-        max_events_per_session: SESSION_EVENT_CAP,
-        max_bytes_per_session: SESSION_BYTE_CAP,
-        ..MemoryStoreConfig::default()
-    }
+fn store_config() -> StoreLimits {
+    let mut config = StoreLimits::default();
+    config.max_events_per_session = SESSION_EVENT_CAP;
+    config.max_bytes_per_session = SESSION_BYTE_CAP;
+    config
 }
 
 fn owner() -> StreamOwner {

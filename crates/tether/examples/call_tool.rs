@@ -25,16 +25,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Process, then commit: the token saved here names the last event the loop below has
     // finished with, so a crash repeats at most the event it was handling.
     let path = token_path.clone();
-    let config = ClientConfig {
-        on_resumption_token: Some(Arc::new(move |token: &ResumptionToken| {
+    let config = {
+        let mut config = ClientConfig::default();
+        config.on_resumption_token = Some(Arc::new(move |token: &ResumptionToken| {
             if let Ok(text) = serde_json::to_string(token) {
                 let tmp = format!("{path}.tmp");
                 if std::fs::write(&tmp, text).is_ok() {
                     let _ = std::fs::rename(&tmp, &path);
                 }
             }
-        })),
-        ..ClientConfig::default()
+        }));
+        config
     };
 
     let mut call: ToolCall = if resume {

@@ -62,6 +62,7 @@ const STDIN_QUEUE: usize = 64;
 
 /// What the gateway runs and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GatewayConfig {
     /// The stdio server's program.
     pub program: OsString,

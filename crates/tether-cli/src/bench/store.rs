@@ -17,7 +17,7 @@ use anyhow::{Context as _, ensure};
 use serde_json::json;
 use tether::proto::ids::{SessionId, StreamId};
 use tether::store::{
-    ANONYMOUS_PRINCIPAL, EventStore, MemoryEventStore, MemoryStoreConfig, StreamKind, StreamOwner,
+    ANONYMOUS_PRINCIPAL, EventStore, MemoryEventStore, StoreLimits, StreamKind, StreamOwner,
 };
 use tokio::task::JoinSet;
 
@@ -58,10 +58,11 @@ pub(crate) async fn run(
     report.add("events", events, "per run");
     report.add("tasks", tasks, "concurrent appenders");
 
-    let memory = MemoryEventStore::new(MemoryStoreConfig {
-        max_events_per_session: cap.max(MemoryStoreConfig::DEFAULT_MAX_EVENTS_PER_SESSION),
-        max_bytes_per_session: BYTE_CAP,
-        ..MemoryStoreConfig::default()
+    let memory = MemoryEventStore::new({
+        let mut config = StoreLimits::default();
+        config.max_events_per_session = cap.max(StoreLimits::DEFAULT_MAX_EVENTS_PER_SESSION);
+        config.max_bytes_per_session = BYTE_CAP;
+        config
     });
     let (append, read) = measure(Arc::new(memory), &messages, tasks, runs)
         .await

@@ -33,9 +33,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tether::client::{Client, ClientConfig, ClientEvent, ClientEvents, MessageStream};
-use tether::proto::backoff::BackoffConfig;
 use tether::proto::jsonrpc::{Message, Response};
-use tether::proto::reconnect::ReconnectConfig;
 use tether_testkit::launcher::{ServerProcess, ServerSpec};
 use tether_testkit::peers::{self, PeerCommand};
 use tether_testkit::proxy::{Counters, FaultPlan, FaultProxy, TruncateFault};
@@ -360,17 +358,10 @@ async fn sdk_matrix_typescript_client_to_tether_serve() {
 
 /// Short backoff: the servers' `retry` sets the first wait anyway.
 fn client_config() -> ClientConfig {
-    ClientConfig {
-        reconnect: ReconnectConfig {
-            backoff: BackoffConfig {
-                base: Duration::from_millis(50),
-                cap: Duration::from_millis(500),
-                ..BackoffConfig::default()
-            },
-            ..ReconnectConfig::default()
-        },
-        ..ClientConfig::default()
-    }
+    let mut config = ClientConfig::default();
+    config.reconnect.backoff.base = Duration::from_millis(50);
+    config.reconnect.backoff.cap = Duration::from_millis(500);
+    config
 }
 
 /// What the user of tether's client saw during one conversation.

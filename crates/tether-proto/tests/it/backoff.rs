@@ -49,18 +49,10 @@ fn steps_grow_by_the_factor_until_the_cap() {
 
 #[test]
 fn steps_saturate_instead_of_overflowing() {
-    let config = BackoffConfig {
-        base: Duration::MAX,
-        factor: f64::MAX,
-        cap: Duration::MAX,
-    };
+    let config = BackoffConfig::new(Duration::MAX, f64::MAX, Duration::MAX);
     assert_eq!(config.step(0), Duration::MAX);
     assert_eq!(config.step(u32::MAX), Duration::MAX);
-    let config = BackoffConfig {
-        base: ms(1),
-        factor: 2.0,
-        cap: Duration::MAX,
-    };
+    let config = BackoffConfig::new(ms(1), 2.0, Duration::MAX);
     assert_eq!(config.step(u32::MAX), Duration::MAX);
     let mut rng = max_jitter();
     // The jitter saturates at u64 nanoseconds rather than panicking.
@@ -70,11 +62,7 @@ fn steps_saturate_instead_of_overflowing() {
 #[test]
 fn a_factor_below_one_or_nan_means_a_constant_step() {
     for factor in [0.5, 0.0, -3.0, f64::NAN] {
-        let config = BackoffConfig {
-            base: ms(200),
-            factor,
-            cap: ms(1000),
-        };
+        let config = BackoffConfig::new(ms(200), factor, ms(1000));
         assert_eq!(config.step(0), ms(200), "factor {factor}");
         assert_eq!(config.step(7), ms(200), "factor {factor}");
     }
@@ -82,11 +70,7 @@ fn a_factor_below_one_or_nan_means_a_constant_step() {
 
 #[test]
 fn a_base_above_the_cap_is_capped() {
-    let config = BackoffConfig {
-        base: ms(5000),
-        factor: 2.0,
-        cap: ms(1000),
-    };
+    let config = BackoffConfig::new(ms(5000), 2.0, ms(1000));
     assert_eq!(config.step(0), ms(1000));
 }
 
@@ -278,11 +262,8 @@ fn budget_limits_attempts_and_elapsed_time() {
 }
 
 fn any_config() -> impl Strategy<Value = BackoffConfig> {
-    (0u64..100_000, 0.0f64..4.0, 0u64..200_000).prop_map(|(base, factor, cap)| BackoffConfig {
-        base: ms(base),
-        factor,
-        cap: ms(cap),
-    })
+    (0u64..100_000, 0.0f64..4.0, 0u64..200_000)
+        .prop_map(|(base, factor, cap)| BackoffConfig::new(ms(base), factor, ms(cap)))
 }
 
 proptest! {

@@ -44,13 +44,12 @@ fn standalone(now: Instant) -> Reconnect {
 
 /// A budget that never runs out, for tests about timing rather than giving up.
 fn unlimited() -> ReconnectConfig {
-    ReconnectConfig {
-        budget: Budget {
-            max_attempts: u32::MAX,
-            max_elapsed: Duration::MAX,
-        },
-        ..ReconnectConfig::default()
-    }
+    let mut config = ReconnectConfig::default();
+    config.budget = Budget {
+        max_attempts: u32::MAX,
+        max_elapsed: Duration::MAX,
+    };
+    config
 }
 
 #[track_caller]
@@ -257,12 +256,13 @@ fn with_resend_a_post_stream_lost_before_any_id_sends_its_request_again_after_ba
 #[test]
 fn with_resend_failed_sends_back_off_and_run_the_budget_out() {
     let c = Clock::new();
-    let config = ReconnectConfig {
-        budget: Budget {
+    let config = {
+        let mut config = ReconnectConfig::default();
+        config.budget = Budget {
             max_attempts: 3,
             max_elapsed: Duration::MAX,
-        },
-        ..ReconnectConfig::default()
+        };
+        config
     };
     let mut m =
         Reconnect::post_stream(config, SplitMix64::new(7), c.at(0)).resend_before_first_id();
@@ -757,12 +757,13 @@ fn accept_and_close_with_zero_waits_is_stopped_by_the_attempt_limit() {
 #[test]
 fn a_standalone_stream_that_connects_but_never_delivers_gives_up() {
     let c = Clock::new();
-    let config = ReconnectConfig {
-        budget: Budget {
+    let config = {
+        let mut config = ReconnectConfig::default();
+        config.budget = Budget {
             max_attempts: 5,
             ..Budget::default()
-        },
-        ..ReconnectConfig::default()
+        };
+        config
     };
     let mut g = Reconnect::standalone(config, SplitMix64::new(3), c.at(0));
     let mut now = c.at(0);
@@ -830,12 +831,13 @@ fn a_message_without_an_id_is_progress() {
 #[test]
 fn the_elapsed_budget_gives_up_rather_than_sleeping_past_it() {
     let c = Clock::new();
-    let config = ReconnectConfig {
-        budget: Budget {
+    let config = {
+        let mut config = ReconnectConfig::default();
+        config.budget = Budget {
             max_attempts: u32::MAX,
             max_elapsed: secs(10),
-        },
-        ..ReconnectConfig::default()
+        };
+        config
     };
     let mut m = Reconnect::post_stream(config, SplitMix64::new(5), c.at(0));
     m.on_event(c.at(0), Event::priming("s:0"));
@@ -1024,10 +1026,8 @@ fn when_the_idle_deadline_passes_the_driver_reports_idle_and_the_stream_reconnec
 #[test]
 fn an_idle_timeout_of_duration_max_disables_the_deadline() {
     let c = Clock::new();
-    let config = ReconnectConfig {
-        idle_timeout: Duration::MAX,
-        ..ReconnectConfig::default()
-    };
+    let mut config = ReconnectConfig::default();
+    config.idle_timeout = Duration::MAX;
     let m = Reconnect::post_stream(config, SplitMix64::new(1), c.at(0));
     assert_eq!(m.idle_deadline(), None);
 }

@@ -18,25 +18,22 @@ use super::{
 
 pub(super) fn client_config(config: &ChaosConfig) -> ClientConfig {
     let retry = Duration::from_millis(config.retry_ms.max(1));
-    ClientConfig {
-        reconnect: ReconnectConfig {
-            backoff: BackoffConfig {
-                base: retry,
-                cap: RAW_BACKOFF_CAP,
-                ..BackoffConfig::default()
-            },
-            budget: Budget {
-                max_attempts: RECONNECT_ATTEMPTS,
-                max_elapsed: RECONNECT_ELAPSED,
-            },
-            idle_timeout: config.idle_timeout,
-            ..ReconnectConfig::default()
-        },
-        request_timeout: Duration::from_secs(5),
-        connect_timeout: Duration::from_secs(2),
-        client_name: "tether-chaos".to_owned(),
-        ..ClientConfig::default()
-    }
+    let mut backoff = BackoffConfig::default();
+    backoff.base = retry;
+    backoff.cap = RAW_BACKOFF_CAP;
+    let mut reconnect = ReconnectConfig::default();
+    reconnect.backoff = backoff;
+    reconnect.budget = Budget {
+        max_attempts: RECONNECT_ATTEMPTS,
+        max_elapsed: RECONNECT_ELAPSED,
+    };
+    reconnect.idle_timeout = config.idle_timeout;
+    let mut client = ClientConfig::default();
+    client.reconnect = reconnect;
+    client.request_timeout = Duration::from_secs(5);
+    client.connect_timeout = Duration::from_secs(2);
+    client.client_name = "tether-chaos".to_owned();
+    client
 }
 
 /// When the current call's stream was lost (the first `Reconnecting` since its last

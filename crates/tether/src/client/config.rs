@@ -56,6 +56,7 @@ impl AuthProvider for StaticToken {
 
 /// How a [`Client`](super::Client) behaves. `Default` gives the documented defaults.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ClientConfig {
     /// Reconnect policy and the idle timeout (60 s by default) of every stream.
     pub reconnect: ReconnectConfig,

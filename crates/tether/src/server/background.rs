@@ -40,7 +40,7 @@ pub(crate) fn start(state: &Arc<ServerState>) {
         start();
     }
     let weak: Weak<ServerState> = Arc::downgrade(state);
-    if let Some(inbox) = state.relay.get().and_then(|relay| relay.take_inbox()) {
+    if let Some(inbox) = state.relay.as_ref().and_then(|relay| relay.take_inbox()) {
         tokio::spawn(handoff::serve(weak.clone(), inbox));
     }
     let shutdown = state.shutdown.clone();

@@ -67,6 +67,7 @@ pub const DEFAULT_MAX_HEADERS: usize = 64;
 
 /// Limits on connections, before any request reaches the endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConnectionLimits {
     /// How long a new connection may stay silent, and how long a request head may take from
     /// its first byte; then the connection is closed.
@@ -89,6 +90,7 @@ impl Default for ConnectionLimits {
 
 /// How the server behaves. Every field has a documented default ([`ServerConfig::default`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServerConfig {
     /// The MCP endpoint's path ([`DEFAULT_PATH`]). Must start with `/`.
     pub path: String,

@@ -531,6 +531,8 @@ mod tests {
             events,
             sessions,
             HeaderValue::from_static("test"),
+            None,
+            None,
         ));
         let runtime = state
             .create_session(ProtocolVersion::V2025_11_25, Arc::from("alice"))

@@ -101,7 +101,7 @@ async fn ask(
 ) -> Result<HandoffAnswer, ServerError> {
     let relay = shared
         .relay
-        .get()
+        .as_ref()
         .expect("sessions live on other nodes only with a relay");
     match relay.hand_off(node, handoff).await {
         Ok(answered) => match tokio::time::timeout(HANDOFF_TIMEOUT, answered).await {

@@ -59,8 +59,7 @@ pub use handoff::HANDOFF_TIMEOUT;
 pub use orphans::{OrphanReport, SERVER_RESTARTED_REASON};
 pub use tether_proto::logging::{LogLevel, UnknownLogLevel};
 
-use crate::store::relay::Relay;
-use crate::store::{EventStore, MemoryStoreConfig, SessionStore, StoreError, StoreLimits, Stores};
+use crate::store::{StoreError, StoreLimits, Stores};
 use state::ServerState;
 
 /// Characters of a generated node id: 72 random bits, plenty to tell nodes apart in logs.
@@ -144,8 +143,8 @@ impl ServerBuilder {
         let stores = self
             .stores
             .unwrap_or_else(|| Stores::memory(StoreLimits::default()));
-        let server = Server::assemble(self.config, self.handler, stores, self.authenticator)?;
-        server.answer_orphans().await?;
+        let mut server = Server::assemble(self.config, self.handler, stores, self.authenticator)?;
+        server.answered_at_start = server.answer_orphans().await?;
         background::start(&server.state);
         Ok(server)
     }
@@ -172,6 +171,8 @@ impl ServerBuilder {
 /// and, if you want them, its [`ops_router`](Self::ops_router)'s `/healthz` and `/metrics`.
 pub struct Server {
     state: Arc<ServerState>,
+    /// What [`ServerBuilder::build`] answered of an earlier process's orphans.
+    answered_at_start: OrphanReport,
 }
 
 impl std::fmt::Debug for Server {
@@ -218,69 +219,22 @@ impl Server {
             relay,
             start,
         } = stores;
-        let state = ServerState::new(config, handler, events, sessions, node_id);
-        if let Some(relay) = relay {
-            let _ = state.relay.set(relay);
-        }
-        if let Some(authenticator) = authenticator {
-            let _ = state.authenticator.set(authenticator);
-        }
+        let state = ServerState::new(
+            config,
+            handler,
+            events,
+            sessions,
+            node_id,
+            relay,
+            authenticator,
+        );
         if let Some(start) = start {
             state.set_store_tasks(start);
         }
         Ok(Self {
             state: Arc::new(state),
+            answered_at_start: OrphanReport::default(),
         })
-    }
-
-    /// A server over the given stores.
-    ///
-    /// # Panics
-    ///
-    /// If `config.node_id` is not a valid header value, or `config.path` does not start with
-    /// `/`.
-    #[doc(hidden)]
-    pub fn new(
-        config: ServerConfig,
-        handler: Arc<dyn Handler>,
-        events: Arc<dyn EventStore>,
-        sessions: Arc<dyn SessionStore>,
-    ) -> Self {
-        Self::assemble(config, handler, Stores::custom(events, sessions), None)
-            .unwrap_or_else(|error| panic!("{error}"))
-    }
-
-    /// Sets the relay of a server made with [`Server::new`].
-    #[doc(hidden)]
-    #[must_use]
-    pub fn with_relay(self, relay: Arc<dyn Relay>) -> Self {
-        let _ = self.state.relay.set(relay);
-        self
-    }
-
-    /// Sets the authenticator of a server made with [`Server::new`].
-    #[doc(hidden)]
-    #[must_use]
-    pub fn with_authenticator(self, authenticator: Arc<dyn Authenticator>) -> Self {
-        let _ = self.state.authenticator.set(authenticator);
-        self
-    }
-
-    /// A server over in-memory stores with their default limits.
-    #[doc(hidden)]
-    pub fn with_memory_stores(config: ServerConfig, handler: Arc<dyn Handler>) -> Self {
-        Self::with_memory_stores_configured(config, handler, MemoryStoreConfig::default())
-    }
-
-    /// A server over in-memory stores with `store`'s limits.
-    #[doc(hidden)]
-    pub fn with_memory_stores_configured(
-        config: ServerConfig,
-        handler: Arc<dyn Handler>,
-        store: MemoryStoreConfig,
-    ) -> Self {
-        Self::assemble(config, handler, Stores::memory(store), None)
-            .unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// The configuration.
@@ -296,6 +250,13 @@ impl Server {
             .node_id
             .to_str()
             .expect("checked to be visible ASCII")
+    }
+
+    /// What [`ServerBuilder::build`] found an earlier process had left unanswered in the store,
+    /// and answered before the server was handed out.
+    #[must_use]
+    pub fn orphans_answered_at_start(&self) -> OrphanReport {
+        self.answered_at_start
     }
 
     /// Answers the requests an earlier process left unanswered in the event store: each gets a

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use http::HeaderValue;
 use http::request::Parts;
@@ -41,11 +41,11 @@ pub(crate) struct ServerState {
     pub(crate) sessions: Arc<dyn SessionStore>,
     pub(crate) node_id: HeaderValue,
     /// How this node reaches the other nodes of a shared store, if it shares one.
-    pub(crate) relay: OnceLock<Arc<dyn Relay>>,
+    pub(crate) relay: Option<Arc<dyn Relay>>,
     /// What operators see (`/metrics`).
     pub(crate) metrics: Arc<Metrics>,
     /// Who requests come from; without one, everyone is [`ANONYMOUS_PRINCIPAL`].
-    pub(crate) authenticator: OnceLock<Arc<dyn Authenticator>>,
+    pub(crate) authenticator: Option<Arc<dyn Authenticator>>,
     /// Cancelled when `serve` is told to shut down: writer loops send `retry` and end.
     pub(crate) shutdown: CancellationToken,
     runtimes: Mutex<HashMap<SessionId, Arc<SessionRuntime>>>,
@@ -66,6 +66,8 @@ impl ServerState {
         events: Arc<dyn EventStore>,
         sessions: Arc<dyn SessionStore>,
         node_id: HeaderValue,
+        relay: Option<Arc<dyn Relay>>,
+        authenticator: Option<Arc<dyn Authenticator>>,
     ) -> Self {
         let metrics = Arc::new(Metrics::default());
         // Every append, whichever path makes it, is counted.
@@ -80,8 +82,8 @@ impl ServerState {
             sessions,
             metrics,
             node_id,
-            relay: OnceLock::new(),
-            authenticator: OnceLock::new(),
+            relay,
+            authenticator,
             shutdown: CancellationToken::new(),
             runtimes: Mutex::new(HashMap::new()),
             create_lock: tokio::sync::Mutex::new(()),
@@ -98,7 +100,7 @@ impl ServerState {
     /// The principal of a request (see [`super::auth`]): 401 when an authenticator is set and
     /// the request's credentials are missing or wrong.
     pub(crate) fn principal(&self, parts: &Parts) -> Result<Arc<str>, ServerError> {
-        match self.authenticator.get() {
+        match self.authenticator.as_ref() {
             None => Ok(Arc::from(ANONYMOUS_PRINCIPAL)),
             Some(authenticator) => authenticator
                 .authenticate(&parts.headers)
@@ -145,7 +147,7 @@ impl ServerState {
 
     /// Where the session's handler runs: here, unless a relay says another node runs it.
     pub(crate) async fn home(&self, record: &SessionRecord) -> Result<SessionHome, ServerError> {
-        match self.relay.get() {
+        match self.relay.as_ref() {
             None => Ok(SessionHome::Here),
             Some(relay) => Ok(relay.home(record.standalone).await?),
         }

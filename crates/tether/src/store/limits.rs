@@ -11,6 +11,7 @@ use std::time::Duration;
 /// has a named default; see each constant for why that value. `#[non_exhaustive]`: start
 /// from [`StoreLimits::default`] and set the fields you need.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreLimits {
     /// How long a completed stream's events stay readable, so a client that lost its
     /// connection before the final response can still resume and get it.

@@ -62,7 +62,7 @@ pub use self::redis::{
     RedisEventStore, RedisOpenError, RedisRelay, RedisSessionStore, RedisStoreConfig,
 };
 pub use limits::StoreLimits;
-pub use memory::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
+pub use memory::{MemoryEventStore, MemorySessionStore};
 #[cfg(any(feature = "sqlite", feature = "redis"))]
 pub use pipeline::{QUEUED_BYTES as PIPELINE_QUEUED_BYTES, WINDOW as PIPELINE_WINDOW};
 #[cfg(feature = "sqlite")]

@@ -32,7 +32,7 @@ use tether::proto::jsonrpc::RequestId;
 use tether::proto::reconnect::{Action, Event, Failure, GiveUpReason, Reconnect, ReconnectConfig};
 use tether::store::sqlite::{self, SqliteStoreConfig};
 use tether::store::{
-    ANONYMOUS_PRINCIPAL, EventStore, MemoryEventStore, MemoryStoreConfig, StoreError, StreamKind,
+    ANONYMOUS_PRINCIPAL, EventStore, MemoryEventStore, StoreError, StoreLimits, StreamKind,
     StreamOwner,
 };
 
@@ -403,7 +403,7 @@ async fn run_store_ops(mut backend: Backend<'_>, ops: &[StoreOp]) -> Result<(), 
                 };
                 // Close the old store (and its lock) before opening the file again.
                 drop(store);
-                backend.store = Arc::new(MemoryEventStore::new(MemoryStoreConfig::default()));
+                backend.store = Arc::new(MemoryEventStore::new(StoreLimits::default()));
                 backend.store = reopen();
                 let store = Arc::clone(&backend.store);
                 // The server asks for orphans before serving: the request streams the dead
@@ -480,9 +480,10 @@ fn memory_store_streams_match_the_model_under_cuts_resumes_and_expiry() {
     for seed in seeds(MEMORY_SEEDS) {
         check_and_shrink("memory store", seed, store_ops(seed, false), |ops| {
             paused_runtime().block_on(async {
-                let store = MemoryEventStore::new(MemoryStoreConfig {
-                    retention: RETENTION,
-                    ..MemoryStoreConfig::default()
+                let store = MemoryEventStore::new({
+                    let mut config = StoreLimits::default();
+                    config.retention = RETENTION;
+                    config
                 });
                 run_store_ops(
                     Backend {

@@ -77,11 +77,12 @@ async fn call_tool_yields_progress_once_in_order_then_the_result_across_cuts() {
 async fn abandon_after(url: &str, n: u64, taken: u64, ack: bool) -> String {
     let saved: Arc<Mutex<Option<String>>> = Arc::default();
     let sink = Arc::clone(&saved);
-    let config = ClientConfig {
-        on_resumption_token: Some(Arc::new(move |token: &ResumptionToken| {
+    let config = {
+        let mut config = fast_config(Duration::from_millis(50));
+        config.on_resumption_token = Some(Arc::new(move |token: &ResumptionToken| {
             *sink.lock().unwrap() = Some(serde_json::to_string(token).unwrap());
-        })),
-        ..fast_config(Duration::from_millis(50))
+        }));
+        config
     };
     let client = Client::connect(url, config).await.unwrap();
     let mut call = client
@@ -301,11 +302,9 @@ impl ServerRequestHandler for Answerer {
 
 /// A client on `server` whose request handler is `answerer`.
 async fn answering_client(server: &TestServer, answerer: &Arc<Answerer>) -> Client {
-    let config = ClientConfig {
-        capabilities: json!({"sampling": {}, "elicitation": {}}),
-        request_handler: Some(Arc::clone(answerer) as Arc<dyn ServerRequestHandler>),
-        ..fast_config(Duration::from_millis(50))
-    };
+    let mut config = fast_config(Duration::from_millis(50));
+    config.capabilities = json!({"sampling": {}, "elicitation": {}});
+    config.request_handler = Some(Arc::clone(answerer) as Arc<dyn ServerRequestHandler>);
     Client::connect(&server.url, config).await.unwrap()
 }
 

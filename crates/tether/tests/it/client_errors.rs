@@ -20,7 +20,7 @@ use futures_util::StreamExt as _;
 use tether::client::{AuthProvider, Client, ClientConfig, Error};
 use tether::demo::DemoHandler;
 use tether::server::{Server, ServerConfig};
-use tether::store::{MemoryEventStore, MemorySessionStore, MemoryStoreConfig};
+use tether::store::{StoreLimits, Stores};
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
 use tokio::net::TcpListener;
 
@@ -120,11 +120,13 @@ fn http_method_get() -> axum::http::Method {
 /// so `retry` is what it waits).
 #[tokio::test]
 async fn reconnects_wait_the_servers_retry() {
-    let config = ServerConfig {
-        retry: Duration::from_millis(500),
-        ..ServerConfig::default()
-    };
-    let server = Server::with_memory_stores(config, Arc::new(DemoHandler::new()));
+    let mut config = ServerConfig::default();
+    config.retry = Duration::from_millis(500);
+    let server = Server::builder(Arc::new(DemoHandler::new()))
+        .config(config)
+        .build()
+        .await
+        .expect("a server");
     let timeline: Arc<Mutex<Timeline>> = Arc::default();
     let seen = Arc::clone(&timeline);
     let app = server
@@ -185,20 +187,16 @@ async fn reconnects_wait_the_servers_retry() {
 /// per progress) the cursor's events have been evicted.
 #[tokio::test]
 async fn a_resume_of_evicted_events_fails_with_events_unavailable_expired() {
-    let config = ServerConfig {
-        retry: Duration::from_millis(500),
-        ..ServerConfig::default()
-    };
-    let events = Arc::new(MemoryEventStore::new(MemoryStoreConfig {
-        max_events_per_session: 8,
-        ..MemoryStoreConfig::default()
-    }));
-    let server = Server::new(
-        config,
-        Arc::new(DemoHandler::new()),
-        events,
-        Arc::new(MemorySessionStore::new()),
-    );
+    let mut config = ServerConfig::default();
+    config.retry = Duration::from_millis(500);
+    let mut limits = StoreLimits::default();
+    limits.max_events_per_session = 8;
+    let server = Server::builder(Arc::new(DemoHandler::new()))
+        .stores(Stores::memory(limits))
+        .config(config)
+        .build()
+        .await
+        .expect("a server");
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server.serve(listener, std::future::pending()));
@@ -245,7 +243,10 @@ impl AuthProvider for RotatingToken {
 
 /// The tether router behind a bearer check: anything but `Bearer good` gets 401 (counted).
 async fn serve_with_bearer_check() -> (String, Arc<Mutex<u32>>) {
-    let server = Server::with_memory_stores(ServerConfig::default(), Arc::new(DemoHandler::new()));
+    let server = Server::builder(Arc::new(DemoHandler::new()))
+        .build()
+        .await
+        .expect("a server");
     let refused: Arc<Mutex<u32>> = Arc::default();
     let count = Arc::clone(&refused);
     let app = server
@@ -281,10 +282,8 @@ async fn a_401_asks_the_auth_hook_once_more_with_refresh_and_succeeds() {
         asked: Mutex::default(),
         fresh: "good",
     });
-    let config = ClientConfig {
-        auth: Some(Arc::clone(&auth) as Arc<dyn AuthProvider>),
-        ..ClientConfig::default()
-    };
+    let mut config = ClientConfig::default();
+    config.auth = Some(Arc::clone(&auth) as Arc<dyn AuthProvider>);
     tokio::time::timeout(TEST_TIMEOUT, async {
         let client = Client::connect(&url, config).await.unwrap();
         let (progress, result) = drain(
@@ -313,10 +312,8 @@ async fn a_second_401_fails_with_unauthorized() {
         asked: Mutex::default(),
         fresh: "also-bad",
     });
-    let config = ClientConfig {
-        auth: Some(Arc::clone(&auth) as Arc<dyn AuthProvider>),
-        ..ClientConfig::default()
-    };
+    let mut config = ClientConfig::default();
+    config.auth = Some(Arc::clone(&auth) as Arc<dyn AuthProvider>);
     let outcome = tokio::time::timeout(TEST_TIMEOUT, Client::connect(&url, config))
         .await
         .expect("hangs");

@@ -18,8 +18,7 @@ use axum::routing::post;
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 use tether::client::{Client, ClientConfig, Error, ToolCallItem};
-use tether::proto::backoff::{BackoffConfig, Budget};
-use tether::proto::reconnect::ReconnectConfig;
+use tether::proto::backoff::Budget;
 use tokio::net::TcpListener;
 
 /// Bounds every test: a client that hangs fails instead of blocking the suite.
@@ -139,22 +138,15 @@ async fn serve(hostility: Hostility) -> (String, Arc<Hostile>) {
 }
 
 fn config(max_attempts: u32, idle: Duration) -> ClientConfig {
-    ClientConfig {
-        reconnect: ReconnectConfig {
-            backoff: BackoffConfig {
-                base: Duration::from_millis(10),
-                cap: Duration::from_millis(50),
-                ..BackoffConfig::default()
-            },
-            budget: Budget {
-                max_attempts,
-                max_elapsed: Duration::from_secs(20),
-            },
-            idle_timeout: idle,
-            ..ReconnectConfig::default()
-        },
-        ..ClientConfig::default()
-    }
+    let mut config = ClientConfig::default();
+    config.reconnect.backoff.base = Duration::from_millis(10);
+    config.reconnect.backoff.cap = Duration::from_millis(50);
+    config.reconnect.budget = Budget {
+        max_attempts,
+        max_elapsed: Duration::from_secs(20),
+    };
+    config.reconnect.idle_timeout = idle;
+    config
 }
 
 /// Runs one `tools/call` to its end: the progress values delivered, and how it ended (the

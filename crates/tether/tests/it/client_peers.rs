@@ -18,9 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tether::client::{Client, ClientConfig, MessageStream};
-use tether::proto::backoff::BackoffConfig;
 use tether::proto::jsonrpc::{Message, Response};
-use tether::proto::reconnect::ReconnectConfig;
 use tether_testkit::launcher::ServerSpec;
 use tether_testkit::peers;
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
@@ -32,17 +30,10 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 const N: u64 = 300;
 
 fn client_config() -> ClientConfig {
-    ClientConfig {
-        reconnect: ReconnectConfig {
-            backoff: BackoffConfig {
-                base: Duration::from_millis(50),
-                cap: Duration::from_millis(500),
-                ..BackoffConfig::default()
-            },
-            ..ReconnectConfig::default()
-        },
-        ..ClientConfig::default()
-    }
+    let mut config = ClientConfig::default();
+    config.reconnect.backoff.base = Duration::from_millis(50);
+    config.reconnect.backoff.cap = Duration::from_millis(500);
+    config
 }
 
 fn count_params(n: u64, interval_ms: u64, token: &str) -> Option<Value> {

@@ -176,11 +176,12 @@ async fn resumption_tokens_follow_commits_not_receipts() {
     let server = start_demo_server().await;
     let tokens: Arc<Mutex<Vec<ResumptionToken>>> = Arc::default();
     let seen = Arc::clone(&tokens);
-    let config = ClientConfig {
-        on_resumption_token: Some(Arc::new(move |token: &ResumptionToken| {
+    let config = {
+        let mut config = fast_config(Duration::from_millis(50));
+        config.on_resumption_token = Some(Arc::new(move |token: &ResumptionToken| {
             seen.lock().unwrap().push(token.clone());
-        })),
-        ..fast_config(Duration::from_millis(50))
+        }));
+        config
     };
     let url = format!("http://{}/mcp", server.addr);
     let client = Client::connect(&url, config).await.unwrap();

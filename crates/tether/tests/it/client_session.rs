@@ -106,11 +106,9 @@ async fn server_restart_during_a_call_expires_it_and_the_client_reinitializes() 
 /// `NotResumable`, and the standalone stream reports that there is none.
 #[tokio::test]
 async fn without_get_streams_a_cut_call_is_not_resumable() {
-    let config = ServerConfig {
-        get_streams: false,
-        retry: Duration::from_millis(50),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.get_streams = false;
+    config.retry = Duration::from_millis(50);
     let server = start_server(config, Arc::new(DemoHandler::new())).await;
     let addr = server.addr;
     let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).at_most(1));
@@ -153,10 +151,8 @@ async fn without_get_streams_a_cut_call_is_not_resumable() {
 /// the standalone stream, in order.
 #[tokio::test]
 async fn json_answers_and_the_standalone_stream() {
-    let config = ServerConfig {
-        json_response: true,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.json_response = true;
     let server = start_server(config, Arc::new(DemoHandler::new())).await;
     let addr = server.addr;
     let client = Client::connect(&format!("http://{addr}/mcp"), ClientConfig::default())

@@ -25,7 +25,7 @@ use axum::routing::post;
 use serde_json::{Value, json};
 use tether::client::{Client, ClientConfig, Error};
 use tether::demo::DemoHandler;
-use tether::server::{Server, ServerConfig};
+use tether::server::Server;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -100,8 +100,12 @@ fn observed(app: Router) -> (Router, Log) {
     (app, log)
 }
 
-fn tether_app() -> Router {
-    Server::with_memory_stores(ServerConfig::default(), Arc::new(DemoHandler::new())).router()
+async fn tether_app() -> Router {
+    Server::builder(Arc::new(DemoHandler::new()))
+        .build()
+        .await
+        .expect("a server")
+        .router()
 }
 
 /// A private CA and a server certificate it signed for `localhost` and `127.0.0.1`.
@@ -212,17 +216,19 @@ fn versions(log: &Log) -> Vec<Version> {
 #[tokio::test]
 async fn https_with_the_private_ca_completes_a_call_over_http2() {
     let pki = pki();
-    let (app, log) = observed(tether_app());
+    let (app, log) = observed(tether_app().await);
     let port = serve_tls(app, &pki, &[b"h2", b"http/1.1"]).await;
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let pem = ClientConfig {
-            extra_root_certificates: vec![pki.ca_pem.clone().into_bytes()],
-            ..ClientConfig::default()
+        let pem = {
+            let mut config = ClientConfig::default();
+            config.extra_root_certificates = vec![pki.ca_pem.clone().into_bytes()];
+            config
         };
         count_once(&format!("https://localhost:{port}/mcp"), pem).await;
-        let der = ClientConfig {
-            extra_root_certificates: vec![pki.ca_der.clone()],
-            ..ClientConfig::default()
+        let der = {
+            let mut config = ClientConfig::default();
+            config.extra_root_certificates = vec![pki.ca_der.clone()];
+            config
         };
         count_once(&format!("https://127.0.0.1:{port}/mcp"), der).await;
     })
@@ -241,12 +247,10 @@ async fn https_with_the_private_ca_completes_a_call_over_http2() {
 #[tokio::test]
 async fn https_to_a_server_offering_only_http1_uses_http1() {
     let pki = pki();
-    let (app, log) = observed(tether_app());
+    let (app, log) = observed(tether_app().await);
     let port = serve_tls(app, &pki, &[b"http/1.1"]).await;
-    let config = ClientConfig {
-        extra_root_certificates: vec![pki.ca_pem.clone().into_bytes()],
-        ..ClientConfig::default()
-    };
+    let mut config = ClientConfig::default();
+    config.extra_root_certificates = vec![pki.ca_pem.clone().into_bytes()];
     tokio::time::timeout(
         TEST_TIMEOUT,
         count_once(&format!("https://localhost:{port}/mcp"), config),
@@ -266,7 +270,7 @@ async fn https_to_a_server_offering_only_http1_uses_http1() {
 #[tokio::test]
 async fn https_without_the_private_ca_fails_with_a_tls_error() {
     let pki = pki();
-    let (app, log) = observed(tether_app());
+    let (app, log) = observed(tether_app().await);
     let port = serve_tls(app, &pki, &[b"h2", b"http/1.1"]).await;
     let started = std::time::Instant::now();
     let result = tokio::time::timeout(
@@ -297,10 +301,8 @@ async fn unparsable_extra_roots_are_a_config_error() {
         b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".to_vec(),
         b"\x30\x03\x02\x01\x00".to_vec(),
     ] {
-        let config = ClientConfig {
-            extra_root_certificates: vec![bad.clone()],
-            ..ClientConfig::default()
-        };
+        let mut config = ClientConfig::default();
+        config.extra_root_certificates = vec![bad.clone()];
         // Nothing listens there: a config error must come before any connection attempt.
         let result = tokio::time::timeout(
             TEST_TIMEOUT,
@@ -392,13 +394,14 @@ async fn child_client() {
     let Ok(url) = std::env::var(CHILD_URL) else {
         return;
     };
-    let config = ClientConfig {
-        extra_root_certificates: std::env::var(CHILD_CA)
+    let config = {
+        let mut config = ClientConfig::default();
+        config.extra_root_certificates = std::env::var(CHILD_CA)
             .ok()
             .map(String::into_bytes)
             .into_iter()
-            .collect(),
-        ..ClientConfig::default()
+            .collect();
+        config
     };
     if std::env::var(CHILD_EXPECT).is_ok_and(|e| e == "tls") {
         let result = tokio::time::timeout(TEST_TIMEOUT, Client::connect(&url, config))
@@ -455,7 +458,7 @@ async fn run_child(url: &str, ca_pem: Option<&str>, env: &[(&str, &str)], unset:
 #[tokio::test]
 async fn http_proxy_carries_plain_http_requests() {
     for var in ["HTTP_PROXY", "http_proxy", "ALL_PROXY"] {
-        let (app, log) = observed(tether_app());
+        let (app, log) = observed(tether_app().await);
         let port = serve_plain(app).await;
         let proxy = spawn_proxy().await;
         let url = format!("http://127.0.0.1:{port}/mcp");
@@ -481,7 +484,7 @@ async fn http_proxy_carries_plain_http_requests() {
 #[tokio::test]
 async fn https_proxy_tunnels_https_with_connect() {
     let pki = pki();
-    let (app, log) = observed(tether_app());
+    let (app, log) = observed(tether_app().await);
     let port = serve_tls(app, &pki, &[b"h2", b"http/1.1"]).await;
     let proxy = spawn_proxy().await;
     let url = format!("https://localhost:{port}/mcp");
@@ -511,7 +514,7 @@ async fn no_proxy_bypasses_the_proxy() {
         ("NO_PROXY", "127.0.0.1"),
         ("no_proxy", "example.invalid, 127.0.0.0/8"),
     ] {
-        let (app, log) = observed(tether_app());
+        let (app, log) = observed(tether_app().await);
         let port = serve_plain(app).await;
         let proxy = spawn_proxy().await;
         let url = format!("http://127.0.0.1:{port}/mcp");
@@ -549,7 +552,7 @@ async fn no_proxy_bypasses_the_proxy() {
 async fn without_platform_roots_http_and_extra_roots_still_work() {
     let no_roots: &[(&str, &str)] = &[("SSL_CERT_FILE", "/dev/null")];
     let unset = &["SSL_CERT_DIR"];
-    let plain = serve_plain(tether_app()).await;
+    let plain = serve_plain(tether_app().await).await;
     run_child(
         &format!("http://127.0.0.1:{plain}/mcp"),
         None,
@@ -559,7 +562,7 @@ async fn without_platform_roots_http_and_extra_roots_still_work() {
     .await;
 
     let pki = pki();
-    let port = serve_tls(tether_app(), &pki, &[b"h2", b"http/1.1"]).await;
+    let port = serve_tls(tether_app().await, &pki, &[b"h2", b"http/1.1"]).await;
     let url = format!("https://localhost:{port}/mcp");
     run_child(&url, Some(&pki.ca_pem), no_roots, unset).await;
     let refused = [no_roots, &[(CHILD_EXPECT, "tls")]].concat();

@@ -33,7 +33,11 @@ impl DemoServer {
         let addr = listener.local_addr().expect("local addr");
         let config = ServerConfig::default();
         let url = format!("http://{addr}{}", config.path);
-        let server = Server::with_memory_stores(config, Arc::new(DemoHandler::new()));
+        let server = Server::builder(Arc::new(DemoHandler::new()))
+            .config(config)
+            .build()
+            .await
+            .expect("a server");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.serve(listener, async move {
             stopped.await.ok();

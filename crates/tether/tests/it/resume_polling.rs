@@ -84,10 +84,8 @@ async fn close_connection_ends_with_retry_and_the_resume_continues_to_the_result
 /// (the configured one when the handler gives none). Resuming from it continues the stream.
 #[tokio::test]
 async fn close_connection_on_a_quiet_resume_sends_an_id_first() {
-    let config = ServerConfig {
-        retry: Duration::from_millis(30),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.retry = Duration::from_millis(30);
     let server = TestServer::start(config).await;
     let Call {
         client,
@@ -157,10 +155,9 @@ async fn close_connection_is_declined_for_older_sessions_and_json_answers() {
     let (stream, _) = split_id(&all[0].0);
     assert_exact_count(&all, stream, id, &token, 2);
 
-    let config = ServerConfig {
-        json_response: true,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+
+    config.json_response = true;
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let mut get = client.open_get_stream().await.unwrap();
@@ -221,11 +218,9 @@ async fn follow(client: &RawClient, first: Transcript, id: i64) -> (Vec<(String,
 /// `retry` after an id'd event; following them, the client gets every event once, in order.
 #[tokio::test]
 async fn poll_after_closes_long_connections_and_resume_continues() {
-    let config = ServerConfig {
-        poll_after: Some(Duration::from_millis(250)),
-        retry: Duration::from_millis(20),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.poll_after = Some(Duration::from_millis(250));
+    config.retry = Duration::from_millis(20);
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let token = json!("polled");
@@ -256,10 +251,8 @@ async fn poll_after_closes_long_connections_and_resume_continues() {
 /// GET stream is left open.
 #[tokio::test]
 async fn poll_after_closes_get_streams_of_polling_sessions_only() {
-    let config = ServerConfig {
-        poll_after: Some(Duration::from_millis(200)),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.poll_after = Some(Duration::from_millis(200));
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let t = client

@@ -12,7 +12,7 @@ use crate::support::resume::{
 use crate::support::server::TestServer;
 use serde_json::{Value, json};
 use tether::server::ServerConfig;
-use tether::store::MemoryStoreConfig;
+use tether::store::StoreLimits;
 use tether_testkit::raw::RawClient;
 
 /// Events per call.
@@ -121,9 +121,10 @@ async fn the_same_id_with_other_content_is_refused_while_the_first_runs() {
 
 #[tokio::test]
 async fn a_request_sent_again_after_its_answer_expired_gets_an_error_saying_so() {
-    let store = MemoryStoreConfig {
-        retention: Duration::from_millis(50),
-        ..MemoryStoreConfig::default()
+    let store = {
+        let mut config = StoreLimits::default();
+        config.retention = Duration::from_millis(50);
+        config
     };
     let server = TestServer::start_with_store(ServerConfig::default(), store).await;
     let mut client = server.session(V11).await;

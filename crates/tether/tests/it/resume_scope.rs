@@ -12,7 +12,7 @@ use crate::support::resume::{
 use crate::support::server::TestServer;
 use serde_json::json;
 use tether::server::ServerConfig;
-use tether::store::MemoryStoreConfig;
+use tether::store::StoreLimits;
 use tether_testkit::raw::{RawClient, SseItem, Transcript};
 
 const V03: &str = "2025-03-26";
@@ -190,9 +190,10 @@ async fn unusable_ids_are_refused_with_their_reason() {
 /// `unknown` for another session, which must not learn that it existed.
 #[tokio::test]
 async fn resume_after_retention_expired_is_400_expired() {
-    let store = MemoryStoreConfig {
-        retention: Duration::from_millis(200),
-        ..MemoryStoreConfig::default()
+    let store = {
+        let mut config = StoreLimits::default();
+        config.retention = Duration::from_millis(200);
+        config
     };
     let server = TestServer::start_with_store(ServerConfig::default(), store).await;
     let mut client = server.session(V11).await;
@@ -224,9 +225,10 @@ async fn resume_after_retention_expired_is_400_expired() {
 /// reported as `expired` on resume, never skipped.
 #[tokio::test]
 async fn resume_past_evicted_events_is_400_expired() {
-    let store = MemoryStoreConfig {
-        max_events_per_session: 40,
-        ..MemoryStoreConfig::default()
+    let store = {
+        let mut config = StoreLimits::default();
+        config.max_events_per_session = 40;
+        config
     };
     let server = TestServer::start_with_store(ServerConfig::default(), store).await;
     let mut client = server.session(V11).await;

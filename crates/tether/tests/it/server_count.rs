@@ -73,10 +73,8 @@ async fn count_without_token_logs_and_respects_the_log_level() {
 /// the standalone GET stream, in order.
 #[tokio::test]
 async fn count_in_json_mode_puts_progress_on_the_standalone_stream() {
-    let config = ServerConfig {
-        json_response: true,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.json_response = true;
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let mut get = client.open_get_stream().await.unwrap();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::server::{TestServer, assert_session_works};
 use serde_json::{Value, json};
-use tether::server::{ConnectionLimits, ServerConfig};
+use tether::server::ServerConfig;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -26,15 +26,10 @@ async fn server(max_connections: usize) -> TestServer {
 }
 
 async fn server_with(max_connections: usize, head_timeout: Duration) -> TestServer {
-    let config = ServerConfig {
-        connections: ConnectionLimits {
-            header_read_timeout: head_timeout,
-            max_connections,
-            ..ConnectionLimits::default()
-        },
-        body_read_timeout: BODY_TIMEOUT,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.connections.header_read_timeout = head_timeout;
+    config.connections.max_connections = max_connections;
+    config.body_read_timeout = BODY_TIMEOUT;
     TestServer::start(config).await
 }
 
@@ -287,10 +282,8 @@ async fn deeply_nested_json_is_refused_without_harm() {
 
 #[tokio::test]
 async fn a_response_over_the_event_size_limit_becomes_an_error() {
-    let config = ServerConfig {
-        max_event_bytes: 2048,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.max_event_bytes = 2048;
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let (id, mut response) = client

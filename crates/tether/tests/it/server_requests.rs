@@ -121,10 +121,8 @@ async fn cancelled_request_gets_no_response() {
 /// T16 in JSON mode: a cancelled request's POST ends with 202 and no JSON-RPC response.
 #[tokio::test]
 async fn cancelled_request_in_json_mode_gets_no_response() {
-    let config = ServerConfig {
-        json_response: true,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.json_response = true;
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let started = server.observed.started_notify.notified();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::server::{TestServer, assert_refused};
 use serde_json::json;
 use tether::server::ServerConfig;
-use tether::store::MemoryStoreConfig;
+use tether::store::StoreLimits;
 
 /// The per-session byte cap under test: far below what `count` produces here
 /// (~20 MB, more than loopback socket buffers hold).
@@ -16,9 +16,10 @@ const CAP: usize = 64 * 1024;
 
 #[tokio::test]
 async fn slow_reader_keeps_retained_bytes_within_the_cap() {
-    let store = MemoryStoreConfig {
-        max_bytes_per_session: CAP,
-        ..MemoryStoreConfig::default()
+    let store = {
+        let mut config = StoreLimits::default();
+        config.max_bytes_per_session = CAP;
+        config
     };
     let server = TestServer::start_with_store(ServerConfig::default(), store).await;
     let mut client = server.session("2025-11-25").await;

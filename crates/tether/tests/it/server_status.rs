@@ -123,10 +123,8 @@ async fn older_versions_get_no_priming_event() {
 /// its id, and `initialize` carries `Mcp-Session-Id`.
 #[tokio::test]
 async fn json_response_mode_answers_with_one_json_object() {
-    let config = ServerConfig {
-        json_response: true,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.json_response = true;
     let server = TestServer::start(config).await;
     let mut client = server.client();
     let init = client.initialize().await.unwrap();
@@ -213,10 +211,8 @@ async fn array_is_refused_when_the_session_forbids_batches() {
 #[tokio::test]
 async fn batches_are_accepted_under_2025_03_26() {
     for json_response in [false, true] {
-        let config = ServerConfig {
-            json_response,
-            ..ServerConfig::default()
-        };
+        let mut config = ServerConfig::default();
+        config.json_response = json_response;
         let server = TestServer::start(config).await;
         let mut client = server.session(V03).await;
         let batch = json!([
@@ -541,10 +537,9 @@ async fn bad_origin_is_403() {
     assert_eq!(t.status, 200);
     assert_session_works(&mut client).await;
 
-    let config = ServerConfig {
-        allowed_origins: vec!["https://app.example.com".to_owned()],
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+
+    config.allowed_origins = vec!["https://app.example.com".to_owned()];
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let allowed = client
@@ -581,10 +576,9 @@ async fn bad_host_is_403() {
     assert_eq!(t.status, 200);
     assert_session_works(&mut client).await;
 
-    let config = ServerConfig {
-        allowed_hosts: vec!["mcp.example.com".to_owned()],
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+
+    config.allowed_hosts = vec!["mcp.example.com".to_owned()];
     let server = TestServer::start(config).await;
     let mut client = server.client();
     let init = client.clone();
@@ -605,10 +599,8 @@ async fn bad_host_is_403() {
 /// streamed.
 #[tokio::test]
 async fn body_over_the_limit_is_413() {
-    let config = ServerConfig {
-        max_body_bytes: 1024,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.max_body_bytes = 1024;
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -645,10 +637,8 @@ async fn body_over_the_limit_is_413() {
 /// `Retry-After`; after a DELETE frees a place, initialize works again.
 #[tokio::test]
 async fn too_many_sessions_is_503_with_retry_after() {
-    let config = ServerConfig {
-        max_sessions: 2,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.max_sessions = 2;
     let server = TestServer::start(config).await;
     let mut first = server.session(V11).await;
     let _second = server.session(V11).await;
@@ -673,10 +663,8 @@ async fn too_many_sessions_is_503_with_retry_after() {
 /// with `Retry-After`; the running one is unaffected, and once it ends requests work again.
 #[tokio::test]
 async fn too_many_concurrent_requests_is_429_with_retry_after() {
-    let config = ServerConfig {
-        max_concurrent_requests_per_session: 1,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.max_concurrent_requests_per_session = 1;
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let started = server.observed.started_notify.notified();
@@ -791,10 +779,8 @@ async fn delete_ends_the_session() {
 /// `Allow: POST, DELETE` and an empty body.
 #[tokio::test]
 async fn get_disabled_is_405_with_allow() {
-    let config = ServerConfig {
-        get_streams: false,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.get_streams = false;
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let t = client
@@ -815,10 +801,8 @@ async fn get_disabled_is_405_with_allow() {
 /// stays.
 #[tokio::test]
 async fn idle_sessions_expire() {
-    let config = ServerConfig {
-        session_idle: Duration::from_millis(300),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.session_idle = Duration::from_millis(300);
     let server = TestServer::start(config).await;
     let idle = server.session(V11).await;
     let mut busy = server.session(V11).await;
@@ -969,10 +953,8 @@ async fn graceful_shutdown_closes_streams_with_retry() {
 /// docs/CONTRACTS.md#keep-alive: a quiet stream gets a keep-alive comment every `keepalive`.
 #[tokio::test]
 async fn quiet_streams_get_keepalive_comments() {
-    let config = ServerConfig {
-        keepalive: Duration::from_millis(100),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.keepalive = Duration::from_millis(100);
     let server = TestServer::start(config).await;
     let mut client = server.session(V11).await;
     let mut get = client.open_get_stream().await.unwrap();

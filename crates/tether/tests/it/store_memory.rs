@@ -8,8 +8,8 @@ use tether::proto::ids::{SessionId, StreamId};
 use tether::proto::version::ProtocolVersion;
 use tether::sse::EventFrame;
 use tether::store::{
-    EventStore, MemoryEventStore, MemorySessionStore, MemoryStoreConfig, SessionRecord,
-    SessionStore, SessionUsage, StoreError, StreamKind, StreamOwner,
+    EventStore, MemoryEventStore, MemorySessionStore, SessionRecord, SessionStore, SessionUsage,
+    StoreError, StoreLimits, StreamKind, StreamOwner,
 };
 use tokio::time::Instant;
 
@@ -19,15 +19,16 @@ mod suite {
 
     use tether::store::suite::Caps;
     use tether::store::{
-        EventStore, MemoryEventStore, MemorySessionStore, MemoryStoreConfig, SessionStore,
+        EventStore, MemoryEventStore, MemorySessionStore, SessionStore, StoreLimits,
     };
 
     async fn new_events(caps: Caps) -> Arc<dyn EventStore> {
-        Arc::new(MemoryEventStore::new(MemoryStoreConfig {
-            max_events_per_session: caps.max_events_per_session,
-            max_bytes_per_session: caps.max_bytes_per_session,
-            max_streams_per_session: caps.max_streams_per_session,
-            ..MemoryStoreConfig::default()
+        Arc::new(MemoryEventStore::new({
+            let mut config = StoreLimits::default();
+            config.max_events_per_session = caps.max_events_per_session;
+            config.max_bytes_per_session = caps.max_bytes_per_session;
+            config.max_streams_per_session = caps.max_streams_per_session;
+            config
         }))
     }
 
@@ -53,16 +54,17 @@ fn owner() -> StreamOwner {
     }
 }
 
-fn store(config: MemoryStoreConfig) -> MemoryEventStore {
+fn store(config: StoreLimits) -> MemoryEventStore {
     MemoryEventStore::new(config)
 }
 
 /// A store whose completed streams expire on the next access.
 fn instant_retention(max_tombstones: usize) -> MemoryEventStore {
-    store(MemoryStoreConfig {
-        retention: Duration::ZERO,
-        max_tombstones,
-        ..MemoryStoreConfig::default()
+    store({
+        let mut config = StoreLimits::default();
+        config.retention = Duration::ZERO;
+        config.max_tombstones = max_tombstones;
+        config
     })
 }
 
@@ -81,7 +83,7 @@ async fn completed_stream(events: &MemoryEventStore, owner: &StreamOwner) -> Str
 
 #[test]
 fn defaults_are_the_documented_values() {
-    let config = MemoryStoreConfig::default();
+    let config = StoreLimits::default();
     assert_eq!(
         config.retention,
         Duration::from_secs(300),
@@ -96,11 +98,12 @@ fn defaults_are_the_documented_values() {
 
 #[tokio::test]
 async fn caps_below_one_act_as_one() {
-    let events = store(MemoryStoreConfig {
-        max_events_per_session: 0,
-        max_bytes_per_session: 0,
-        max_streams_per_session: 0,
-        ..MemoryStoreConfig::default()
+    let events = store({
+        let mut config = StoreLimits::default();
+        config.max_events_per_session = 0;
+        config.max_bytes_per_session = 0;
+        config.max_streams_per_session = 0;
+        config
     });
     assert_eq!(events.config().max_events_per_session, 1);
     assert_eq!(events.config().max_streams_per_session, 1);
@@ -113,9 +116,10 @@ async fn caps_below_one_act_as_one() {
 
 #[tokio::test]
 async fn one_event_cap_keeps_just_the_newest_event() {
-    let events = store(MemoryStoreConfig {
-        max_events_per_session: 1,
-        ..MemoryStoreConfig::default()
+    let events = store({
+        let mut config = StoreLimits::default();
+        config.max_events_per_session = 1;
+        config
     });
     let owner = owner();
     let stream = events
@@ -482,11 +486,12 @@ async fn random_operations_keep_usage_exact_and_gaps_explicit() {
         gone: bool,
     }
 
-    let events = store(MemoryStoreConfig {
-        max_events_per_session: MAX_EVENTS,
-        max_bytes_per_session: MAX_BYTES,
-        max_streams_per_session: MAX_STREAMS,
-        ..MemoryStoreConfig::default()
+    let events = store({
+        let mut config = StoreLimits::default();
+        config.max_events_per_session = MAX_EVENTS;
+        config.max_bytes_per_session = MAX_BYTES;
+        config.max_streams_per_session = MAX_STREAMS;
+        config
     });
     let owner = owner();
     let mut models: Vec<Model> = Vec::new();
@@ -593,9 +598,10 @@ async fn random_operations_keep_usage_exact_and_gaps_explicit() {
 #[tokio::test]
 async fn live_eviction_stays_in_order_after_many_whole_stream_evictions() {
     const MAX_EVENTS: usize = 10;
-    let events = store(MemoryStoreConfig {
-        max_events_per_session: MAX_EVENTS,
-        ..MemoryStoreConfig::default()
+    let events = store({
+        let mut config = StoreLimits::default();
+        config.max_events_per_session = MAX_EVENTS;
+        config
     });
     let owner = owner();
     let standalone = events

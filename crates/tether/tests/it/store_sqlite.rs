@@ -169,11 +169,8 @@ fn defaults_are_the_memory_stores() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_expires_completed_streams_with_tombstones_across_reopen() {
     let dir = TempDir::new().unwrap();
-    let config = {
-        let mut config = config_in(dir.path());
-        config.limits.retention = Duration::from_millis(100);
-        config
-    };
+    let mut config = config_in(dir.path());
+    config.limits.retention = Duration::from_millis(100);
     let owner = owner();
     let stream = {
         let (events, _sessions) = sqlite::open(config.clone()).unwrap();
@@ -230,7 +227,8 @@ async fn retention_expires_completed_streams_with_tombstones_across_reopen() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_answers_only_the_unanswered_requests_of_an_orphan() {
     use tether::proto::jsonrpc::RequestId;
-    use tether::server::{OrphanReport, SERVER_RESTARTED_REASON, Server, ServerConfig};
+    use tether::server::{OrphanReport, SERVER_RESTARTED_REASON, Server};
+    use tether::store::Stores;
 
     let dir = TempDir::new().unwrap();
     let owner = owner();
@@ -254,15 +252,13 @@ async fn the_server_answers_only_the_unanswered_requests_of_an_orphan() {
     };
     let (events, sessions) = sqlite::open(config_in(dir.path())).unwrap();
     let events: Arc<dyn EventStore> = Arc::new(events);
-    let server = Server::new(
-        ServerConfig::default(),
-        Arc::new(tether::demo::DemoHandler::new()),
-        Arc::clone(&events),
-        Arc::new(sessions),
-    );
-    let report = server.answer_orphans().await.unwrap();
+    let server = Server::builder(Arc::new(tether::demo::DemoHandler::new()))
+        .stores(Stores::custom(Arc::clone(&events), Arc::new(sessions)))
+        .build()
+        .await
+        .unwrap();
     assert_eq!(
-        report,
+        server.orphans_answered_at_start(),
         OrphanReport {
             streams: 1,
             requests: 1

@@ -23,8 +23,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{FastMap, MemoryStoreConfig, guard};
+use super::{FastMap, guard};
 use crate::fifo::FifoMap;
+use crate::store::StoreLimits;
 use crate::store::frame;
 use crate::store::{
     EventStore, OrphanedStream, ReadBatch, SessionUsage, StoreError, StoredEvent, StreamKind,
@@ -35,7 +36,7 @@ use crate::store::{
 ///
 /// Frames are encoded once, at append; reads hand out clones of the stored [`Bytes`] (a
 /// reference-count increment each). Completed streams stay readable for
-/// [`MemoryStoreConfig::retention`]; expired ones are removed lazily whenever their session is
+/// [`StoreLimits::retention`]; expired ones are removed lazily whenever their session is
 /// read, gets a new stream or is asked for its usage (not on appends, the hot path), and by
 /// [`sweep_expired`](Self::sweep_expired) or the task [`spawn_sweeper`](Self::spawn_sweeper)
 /// starts, for sessions nobody reads. A session's own
@@ -47,7 +48,7 @@ pub struct MemoryEventStore {
 impl MemoryEventStore {
     /// A store with these bounds (caps below 1 act as 1).
     #[must_use]
-    pub fn new(config: MemoryStoreConfig) -> Self {
+    pub fn new(config: StoreLimits) -> Self {
         let config = config.normalized();
         Self {
             shared: Arc::new(Shared {
@@ -61,7 +62,7 @@ impl MemoryEventStore {
 
     /// The bounds this store enforces.
     #[must_use]
-    pub fn config(&self) -> &MemoryStoreConfig {
+    pub fn config(&self) -> &StoreLimits {
         &self.shared.config
     }
 
@@ -104,7 +105,7 @@ impl MemoryEventStore {
 
 impl Default for MemoryEventStore {
     fn default() -> Self {
-        Self::new(MemoryStoreConfig::default())
+        Self::new(StoreLimits::default())
     }
 }
 
@@ -314,7 +315,7 @@ impl EventStore for MemoryEventStore {
 
 /// State shared by a store and its sweeper task.
 struct Shared {
-    config: MemoryStoreConfig,
+    config: StoreLimits,
     /// Each session's shard. Also what makes a session "alive" for tombstones: a tombstone of
     /// a removed session reads as `UnknownStream`, like the rest of that session.
     sessions: Mutex<FastMap<SessionId, Arc<Shard>>>,

@@ -26,7 +26,3 @@ pub use sessions::MemorySessionStore;
 /// default hasher's protection against chosen collisions buys nothing for its cost; foldhash
 /// keeps a per-map random seed all the same.
 pub(super) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-/// The memory store's bounds: the [`StoreLimits`](super::StoreLimits) every store shares.
-/// (A name kept while callers move to `StoreLimits`.)
-pub type MemoryStoreConfig = super::StoreLimits;

@@ -111,6 +111,7 @@ use super::{chunk, frame};
 /// Where and how a Redis store keeps its data. The bounds are the [`StoreLimits`] every store
 /// shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RedisStoreConfig {
     /// The server, as `redis://[user:password@]host:port[/db]`.
     pub url: String,

@@ -111,6 +111,7 @@ pub enum Durability {
 /// Where and how a SQLite store keeps its data. The bounds are the [`StoreLimits`] every store
 /// shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SqliteStoreConfig {
     /// The database file; created if missing.
     pub path: PathBuf,

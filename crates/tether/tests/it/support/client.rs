@@ -8,9 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tether::client::{ClientConfig, Error, MessageStream};
 use tether::demo::DemoHandler;
-use tether::proto::backoff::BackoffConfig;
 use tether::proto::jsonrpc::{Message, Response};
-use tether::proto::reconnect::ReconnectConfig;
 use tether::server::{Handler, ServerConfig};
 
 use super::server::TestServer;
@@ -26,10 +24,9 @@ pub(crate) async fn start_demo_server() -> TestServer {
 
 /// The server configuration of [`start_demo_server`], to adjust.
 pub(crate) fn demo_config() -> ServerConfig {
-    ServerConfig {
-        retry: RETRY,
-        ..ServerConfig::default()
-    }
+    let mut config = ServerConfig::default();
+    config.retry = RETRY;
+    config
 }
 
 /// `handler` served with `config` and memory stores.
@@ -39,17 +36,10 @@ pub(crate) async fn start_server(config: ServerConfig, handler: Arc<dyn Handler>
 
 /// A client that backs off from `base` up to 500 ms, so reconnect-heavy tests stay short.
 pub(crate) fn fast_config(base: Duration) -> ClientConfig {
-    ClientConfig {
-        reconnect: ReconnectConfig {
-            backoff: BackoffConfig {
-                base,
-                cap: Duration::from_millis(500),
-                ..BackoffConfig::default()
-            },
-            ..ReconnectConfig::default()
-        },
-        ..ClientConfig::default()
-    }
+    let mut config = ClientConfig::default();
+    config.reconnect.backoff.base = base;
+    config.reconnect.backoff.cap = Duration::from_millis(500);
+    config
 }
 
 /// `tools/call` parameters for `count` with progress token `"p"`.

@@ -18,7 +18,7 @@ use tether::server::{
     ContextError, Handler, LogLevel, RequestContext, Server, ServerConfig, ServerInfo,
 };
 use tether::store::{
-    EventStore as _, MemoryEventStore, MemorySessionStore, MemoryStoreConfig, SessionUsage,
+    EventStore as _, MemoryEventStore, MemorySessionStore, SessionUsage, StoreLimits, Stores,
 };
 use tether_testkit::raw::{RawClient, Transcript};
 use tokio::sync::{Mutex, Notify, Semaphore, oneshot};
@@ -218,12 +218,12 @@ pub(crate) struct TestServer {
 impl TestServer {
     /// Starts a server with `config`, the test handler and default memory-store limits.
     pub(crate) async fn start(config: ServerConfig) -> Self {
-        Self::start_with_store(config, MemoryStoreConfig::default()).await
+        Self::start_with_store(config, StoreLimits::default()).await
     }
 
     /// Starts a server with `config` and the test handler over a memory event store with
     /// `store` limits.
-    pub(crate) async fn start_with_store(config: ServerConfig, store: MemoryStoreConfig) -> Self {
+    pub(crate) async fn start_with_store(config: ServerConfig, store: StoreLimits) -> Self {
         let observed = Arc::new(Observed::default());
         let gate = Arc::new(Gate::default());
         let handler = Arc::new(TestHandler {
@@ -243,30 +243,27 @@ impl TestServer {
     ) -> Self {
         let observed = Arc::new(Observed::default());
         let gate = Arc::new(Gate::default());
-        Self::launch(
-            config,
-            MemoryStoreConfig::default(),
-            handler,
-            observed,
-            gate,
-        )
-        .await
+        Self::launch(config, StoreLimits::default(), handler, observed, gate).await
     }
 
     async fn launch(
         config: ServerConfig,
-        store: MemoryStoreConfig,
+        store: StoreLimits,
         handler: Arc<dyn Handler>,
         observed: Arc<Observed>,
         gate: Arc<Gate>,
     ) -> Self {
         let events = Arc::new(MemoryEventStore::new(store));
-        let server = Server::new(
-            config,
-            handler,
+        let stores = Stores::custom(
             Arc::clone(&events) as _,
             Arc::new(MemorySessionStore::new()),
         );
+        let server = Server::builder(handler)
+            .stores(stores)
+            .config(config)
+            .build()
+            .await
+            .expect("a server");
         let node_id = server.node_id().to_owned();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
