@@ -1,19 +1,27 @@
 //! The MCP Streamable HTTP server: an axum endpoint whose every outgoing message goes
 //! through the event store before it reaches the wire.
 //!
-//! [`Server`] ties a [`ServerConfig`], a [`Handler`] and the two stores together. Its
-//! [`router`](Server::router) is an [`axum::Router`] (so also a tower `Service`)
-//! that can be mounted into an application's own router; [`serve`](Server::serve) runs it on
-//! a listener with graceful shutdown. Protocol versions 2025-03-26, 2025-06-18 and 2025-11-25
-//! are served, each request's behaviour decided by its session's negotiated version.
+//! [`Server::builder`] ties a [`Handler`], a [`Stores`] bundle, an authenticator and a
+//! [`ServerConfig`] together; [`ServerBuilder::build`] answers the requests an earlier
+//! process left unanswered and starts the background work. The built server's
+//! [`mcp_service`](Server::mcp_service) is the endpoint alone, to mount in an application's
+//! own router; [`ops_router`](Server::ops_router) has `/healthz` and `/metrics`;
+//! [`serve`](Server::serve) runs both on a listener with graceful shutdown. Protocol
+//! versions 2025-03-26, 2025-06-18 and 2025-11-25 are served, each request's behaviour
+//! decided by its session's negotiated version.
 //!
-//! Inside: `endpoint` validates requests and manages sessions, `dispatch` runs requests and
-//! routes their responses, `context` is what handlers emit through, `writer` is the one SSE
-//! writer loop, `error` maps every refusal to its status and body, `origin` is the
-//! DNS-rebinding check, `auth` who a request comes from, `metrics` what operators see, `session` the per-session runtime state, `orphans` the answers to
-//! requests an earlier process left unanswered, `handoff` the requests for sessions another
-//! node of a shared store runs (see [`Server::with_relay`]). Stores are [`crate::store`]'s;
-//! JSON-RPC, versions, headers and ids are [`tether_proto`]'s; SSE framing is [`tether_sse`]'s.
+//! Inside, imports run one way (the repository's `docs/ARCHITECTURE.md` draws the graph):
+//! `config` holds the configuration and every default; `session` the per-session runtime
+//! state; `state` the server's state (the session registry and lifecycle, the writer
+//! factory); `dispatch` runs an accepted POST's messages; `reply` turns its answer into
+//! HTTP; `handoff` carries requests for sessions another node of a shared store runs;
+//! `background` is the sweeper, the orphan answers and the relay inbox; `endpoint` is every
+//! axum handler. `context` is what handlers emit through, `writer` the one SSE writer loop
+//! (its decisions are [`tether_proto::sse_writer`]'s), `error` maps every refusal to its
+//! status and body, `origin` is the DNS-rebinding check, `auth` who a request comes from,
+//! `metrics` what operators see, `orphans` the answers to requests an earlier process left
+//! unanswered. Stores are [`crate::store`]'s; JSON-RPC, versions, headers and ids are
+//! [`tether_proto`]'s; SSE framing is [`tether_sse`]'s.
 
 pub mod auth;
 mod background;

@@ -12,6 +12,8 @@ mod support;
 mod chaos_model;
 #[cfg(feature = "server")]
 mod demo;
+#[cfg(all(feature = "server", feature = "sqlite", feature = "client"))]
+mod example_axum_app;
 
 #[cfg(all(feature = "client", feature = "server"))]
 mod client_call;

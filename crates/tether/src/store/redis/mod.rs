@@ -1028,7 +1028,8 @@ impl RedisEventStore {
     }
 
     /// The node-to-node relay over this store's Redis, for a server that shares the store
-    /// with other nodes ([`Server::with_relay`](crate::server::Server::with_relay)).
+    /// with other nodes ([`Stores::redis`](crate::store::Stores::redis) puts it in the
+    /// bundle).
     #[must_use]
     pub fn relay(&self) -> RedisRelay {
         RedisRelay {
