@@ -99,7 +99,7 @@ pub(crate) enum Recipient {
 /// Handles the messages of one accepted POST (the session is known and valid); `body` is the
 /// POST's body as received, which recognizes a request sent again.
 pub(crate) async fn post(
-    shared: &Arc<ServerState>,
+    state: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     body: &[u8],
     messages: Vec<Message>,
@@ -120,7 +120,7 @@ pub(crate) async fn post(
     let kind = if requests.is_empty() {
         None
     } else {
-        Some(shared.answer_kind(accept)?)
+        Some(state.answer_kind(accept)?)
     };
     // The content of the POST's only request: how a request sent again is recognized.
     let single = match requests.as_slice() {
@@ -132,7 +132,7 @@ pub(crate) async fn post(
         && let ([request], Some(fingerprint)) = (requests.as_slice(), single)
         && let Some(stream) = runtime.stream_of_request(&request.id, fingerprint)
     {
-        return reattach(shared, runtime, request, stream).await;
+        return reattach(state, runtime, request, stream).await;
     }
     let handler_ids: Vec<RequestId> = requests
         .iter()
@@ -142,13 +142,13 @@ pub(crate) async fn post(
     let mut slots = runtime
         .reserve(
             &handler_ids,
-            shared.config.max_concurrent_requests_per_session,
+            state.config.max_concurrent_requests_per_session,
         )
         .ok_or(ServerError::TooManyRequests)?
         .into_iter();
 
     for message in others {
-        handle_other(shared, runtime, message).await;
+        handle_other(state, runtime, message).await;
     }
     let Some(kind) = kind else {
         // Only notifications and responses: 202, empty body (T2, T3, T4).
@@ -169,18 +169,18 @@ pub(crate) async fn post(
         })
         .collect();
     match (kind, recipient) {
-        (ResponseKind::EventStream, _) => answer_sse(shared, runtime, jobs, None, single).await,
+        (ResponseKind::EventStream, _) => answer_sse(state, runtime, jobs, None, single).await,
         (ResponseKind::Json, Recipient::Node) => {
-            answer_sse(shared, runtime, jobs, Some(runtime.standalone()), single).await
+            answer_sse(state, runtime, jobs, Some(runtime.standalone()), single).await
         }
         (ResponseKind::Json, Recipient::Client) => {
-            answer_json(shared, runtime, jobs, is_batch).await
+            answer_json(state, runtime, jobs, is_batch).await
         }
     }
 }
 
 /// A response or notification from the client.
-async fn handle_other(shared: &Arc<ServerState>, runtime: &Arc<SessionRuntime>, message: Message) {
+async fn handle_other(state: &Arc<ServerState>, runtime: &Arc<SessionRuntime>, message: Message) {
     match message {
         Message::Response(response) => {
             if !runtime.deliver_response(response) {
@@ -188,14 +188,14 @@ async fn handle_other(shared: &Arc<ServerState>, runtime: &Arc<SessionRuntime>, 
             }
         }
         Message::Notification(notification) => {
-            handle_notification(shared, runtime, notification).await;
+            handle_notification(state, runtime, notification).await;
         }
         Message::Request(_) => unreachable!("requests are split off before"),
     }
 }
 
 async fn handle_notification(
-    shared: &Arc<ServerState>,
+    state: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     notification: Notification,
 ) {
@@ -212,7 +212,7 @@ async fn handle_notification(
             // Awaited, so that notifications of one client are handled in the order sent;
             // abandoned if the session ends meanwhile.
             tokio::select! {
-                () = shared.handler.handle_notification(notification, session) => {}
+                () = state.handler.handle_notification(notification, session) => {}
                 () = runtime.closed().cancelled() => {}
             }
         }
@@ -223,26 +223,26 @@ async fn handle_notification(
 /// the stream too, unless `related` names another stream. `single` is the fingerprint of the
 /// POST's only request, remembered with the stream so that it can be sent again.
 async fn answer_sse(
-    shared: &Arc<ServerState>,
+    state: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     jobs: Vec<Job>,
     related: Option<StreamId>,
     single: Option<u64>,
 ) -> Result<Answer, ServerError> {
     let requests: Vec<RequestId> = jobs.iter().map(|job| job.request.id.clone()).collect();
-    let stream = shared
+    let stream = state
         .events
         .create_stream(
             runtime.owner(),
             StreamKind::Request,
-            shared.config.retry,
+            state.config.retry,
             &requests,
         )
         .await?;
     if runtime.is_closed() {
         // DELETE or expiry raced this request: free what was just created for the dead
         // session and answer as if it were already gone.
-        let _ = shared.events.remove_session(&runtime.record().id).await;
+        let _ = state.events.remove_session(&runtime.record().id).await;
         return Err(ServerError::SessionNotFound);
     }
     if let ([job], Some(fingerprint)) = (jobs.as_slice(), single)
@@ -254,7 +254,7 @@ async fn answer_sse(
     let related = related.unwrap_or(stream);
     tokio::spawn(
         drive_stream(
-            Arc::clone(shared),
+            Arc::clone(state),
             Arc::clone(runtime),
             stream,
             related,
@@ -282,25 +282,25 @@ fn fingerprint(body: &[u8]) -> u64 {
 /// gets an error response on a stream of its own saying so (-32600, `data.reason`
 /// `"answer_expired"`) rather than running a second time.
 async fn reattach(
-    shared: &Arc<ServerState>,
+    state: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     request: &Request,
     stream: StreamId,
 ) -> Result<Answer, ServerError> {
     tracing::debug!(request = %request.id, stream = %stream, "request sent again: re-attached to its stream");
-    match shared
+    match state
         .events
         .read_from_start(runtime.owner(), stream, 1)
         .await
     {
         Ok(_) => Ok(Answer::Stream(stream)),
         Err(StoreError::Expired | StoreError::UnknownStream) => {
-            let answer = shared
+            let answer = state
                 .events
                 .create_stream(
                     runtime.owner(),
                     StreamKind::Request,
-                    shared.config.retry,
+                    state.config.retry,
                     std::slice::from_ref(&request.id),
                 )
                 .await?;
@@ -311,7 +311,7 @@ async fn reattach(
             .with_data(json!({"reason": "answer_expired"}));
             let response = RpcResponse::error(Some(request.id.clone()), error);
             runtime.append_bytes(answer, &response.to_vec()).await?;
-            shared.events.complete(answer).await?;
+            state.events.complete(answer).await?;
             Ok(Answer::Stream(answer))
         }
         Err(error) => Err(error.into()),
@@ -321,7 +321,7 @@ async fn reattach(
 /// Runs a POST's requests, with their related messages going to `related`, appends each
 /// final response to `stream` as it is ready, then completes the stream.
 async fn drive_stream(
-    shared: Arc<ServerState>,
+    state: Arc<ServerState>,
     runtime: Arc<SessionRuntime>,
     stream: StreamId,
     related: StreamId,
@@ -330,7 +330,7 @@ async fn drive_stream(
     let mut running = JoinSet::new();
     for job in jobs {
         running.spawn(
-            run(Arc::clone(&shared), Arc::clone(&runtime), job, related)
+            run(Arc::clone(&state), Arc::clone(&runtime), job, related)
                 .instrument(tracing::Span::current()),
         );
     }
@@ -339,7 +339,7 @@ async fn drive_stream(
         // What the handler emitted must be stored before its answer is: a commit that failed
         // late (store/pipeline.rs) lost events it was told were queued, so the request is
         // answered as it would have been had its emit failed, after a gap-free prefix.
-        let response = match shared.events.flush(related).await {
+        let response = match state.events.flush(related).await {
             Ok(()) => response,
             Err(error) => {
                 tracing::warn!(%error, "events of a request were lost: answering with an error");
@@ -354,7 +354,7 @@ async fn drive_stream(
         // is seen here and the response appended again, rather than lost.
         let stored = persist(&runtime, || async {
             runtime.append_bytes(stream, &bytes).await?;
-            shared.events.flush(stream).await
+            state.events.flush(stream).await
         })
         .await;
         if let Err(error) = stored {
@@ -365,7 +365,7 @@ async fn drive_stream(
             }
         }
     }
-    if let Err(error) = persist(&runtime, || shared.events.complete(stream)).await
+    if let Err(error) = persist(&runtime, || state.events.complete(stream)).await
         && !runtime.is_closed()
     {
         tracing::warn!(%error, "stream could not be completed");
@@ -403,7 +403,7 @@ where
 /// JSON answer: the responses as the body (an array for a batch); related messages went to
 /// the standalone stream.
 async fn answer_json(
-    shared: &Arc<ServerState>,
+    state: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
     jobs: Vec<Job>,
     is_batch: bool,
@@ -415,7 +415,7 @@ async fn answer_json(
         .into_iter()
         .map(|job| {
             tokio::spawn(
-                run(Arc::clone(shared), Arc::clone(runtime), job, standalone)
+                run(Arc::clone(state), Arc::clone(runtime), job, standalone)
                     .instrument(span.clone()),
             )
         })
@@ -431,7 +431,7 @@ async fn answer_json(
     };
     let responses = tokio::select! {
         responses = collect => responses,
-        () = shared.shutdown.cancelled() => return Err(ServerError::ShuttingDown),
+        () = state.shutdown.cancelled() => return Err(ServerError::ShuttingDown),
     };
     Ok(json_body(&responses, is_batch).map_or(Answer::Accepted, Answer::Json))
 }
@@ -450,7 +450,7 @@ pub(crate) fn json_body(responses: &[RpcResponse], is_batch: bool) -> Option<Vec
 /// Runs one request to its final response; `None` when it was cancelled (no response is
 /// sent, MCP cancellation). Related messages go to `related`.
 async fn run(
-    shared: Arc<ServerState>,
+    state: Arc<ServerState>,
     runtime: Arc<SessionRuntime>,
     job: Job,
     related: StreamId,
@@ -471,7 +471,7 @@ async fn run(
             let token = slot.token().clone();
             let context =
                 RequestContext::new(Arc::clone(&runtime), &request, related, token.clone());
-            let handler = Arc::clone(&shared.handler);
+            let handler = Arc::clone(&state.handler);
             let mut task = tokio::spawn(
                 async move { handler.handle_request(request, context).await }.instrument(span),
             );

@@ -48,7 +48,6 @@ use tether_proto::jsonrpc::{
 };
 use tether_proto::version::{ProtocolVersion, check_header, negotiate};
 
-use super::background;
 use super::context::SessionContext;
 use super::dispatch::{self, Recipient};
 use super::error::{ResumeRefusal, ServerError};
@@ -191,17 +190,16 @@ async fn read_body_within(
 
 /// `POST <path>`: one JSON-RPC message (or a 2025-03-26 batch).
 pub(crate) async fn post(
-    State(shared): State<Arc<ServerState>>,
+    State(state): State<Arc<ServerState>>,
     request: Request,
 ) -> Result<Response, ServerError> {
-    background::start(&shared);
     let (parts, body) = request.into_parts();
-    check_host_origin(&shared, &parts)?;
-    let principal = shared.principal(&parts)?;
+    check_host_origin(&state, &parts)?;
+    let principal = state.principal(&parts)?;
     if !header_str(&parts.headers, header::CONTENT_TYPE).is_some_and(is_json_content_type) {
         return Err(ServerError::UnsupportedMediaType);
     }
-    let config = &shared.config;
+    let config = &state.config;
     let bytes = read_body(
         body,
         &parts.headers,
@@ -217,7 +215,7 @@ pub(crate) async fn post(
         let body = parse_body(&bytes, Batching::Forbidden)?;
         return match body {
             RpcBody::Single(Message::Request(request)) if request.is_initialize() => {
-                initialize(&shared, request, accept.as_deref(), principal).await
+                initialize(&state, request, accept.as_deref(), principal).await
             }
             _ => {
                 version_header?;
@@ -226,10 +224,10 @@ pub(crate) async fn post(
         };
     }
     version_header?;
-    let record = session_record(&shared, &parts.headers, &principal).await?;
+    let record = session_record(&state, &parts.headers, &principal).await?;
     let version = record.version;
-    let (runtime, home_node) = match shared.home(&record).await? {
-        SessionHome::Here => (Some(shared.local_session(record.clone()).await?), None),
+    let (runtime, home_node) = match state.home(&record).await? {
+        SessionHome::Here => (Some(state.local_session(record.clone()).await?), None),
         SessionHome::Node(node) => (None, Some(node)),
         SessionHome::Gone(node) => {
             // Its handler's state died with its node: the client starts a new session.
@@ -246,7 +244,7 @@ pub(crate) async fn post(
     };
     let body = match parse_body(&bytes, batching)? {
         RpcBody::Single(Message::Request(request)) if request.is_initialize() => {
-            return initialize(&shared, request, accept.as_deref(), principal).await;
+            return initialize(&state, request, accept.as_deref(), principal).await;
         }
         body => body,
     };
@@ -254,7 +252,7 @@ pub(crate) async fn post(
     match (runtime, home_node) {
         (Some(runtime), _) => {
             let answer = dispatch::post(
-                &shared,
+                &state,
                 &runtime,
                 &bytes,
                 body.into_messages(),
@@ -263,7 +261,7 @@ pub(crate) async fn post(
                 Recipient::Client,
             )
             .await?;
-            Ok(reply::respond(&shared, &runtime, answer))
+            Ok(reply::respond(&state, &runtime, answer))
         }
         (None, Some(node)) => {
             let post = handoff::Post {
@@ -273,7 +271,7 @@ pub(crate) async fn post(
                 accept,
                 is_batch,
             };
-            handoff::post(&shared, &node, post).await
+            handoff::post(&state, &node, post).await
         }
         (None, None) => unreachable!("a session runs here or on another node"),
     }
@@ -282,12 +280,12 @@ pub(crate) async fn post(
 /// `initialize`: negotiates the version, creates the session and answers with
 /// `Mcp-Session-Id` on the response head (T34), before any event in SSE mode.
 async fn initialize(
-    shared: &Arc<ServerState>,
+    state: &Arc<ServerState>,
     request: RpcRequest,
     accept: Option<&str>,
     principal: Arc<str>,
 ) -> Result<Response, ServerError> {
-    let kind = shared.answer_kind(accept)?;
+    let kind = state.answer_kind(accept)?;
     let requested = request
         .params
         .as_ref()
@@ -295,9 +293,9 @@ async fn initialize(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let version = negotiate(requested);
-    let runtime = shared.create_session(version, principal).await?;
+    let runtime = state.create_session(version, principal).await?;
     let session = SessionContext::new(Arc::clone(&runtime));
-    let answer = shared.handler.initialize(&request, session).await;
+    let answer = state.handler.initialize(&request, session).await;
     let request_id = request.id;
     let (response, session_header) = match answer {
         Ok(result) => {
@@ -311,7 +309,7 @@ async fn initialize(
         Err(error) => {
             tracing::warn!(session = %runtime.record().id, error = %error.message, "initialize refused by the handler");
             // The client never learns the session id: nobody could use or delete it.
-            shared.terminate(&runtime.record().id).await?;
+            state.terminate(&runtime.record().id).await?;
             let response = RpcResponse::error(Some(request_id), error);
             return Ok(json_response(Message::Response(response).to_vec(), None));
         }
@@ -321,27 +319,27 @@ async fn initialize(
         ResponseKind::Json => Ok(json_response(response.to_vec(), session_header)),
         ResponseKind::EventStream => {
             let stream = async {
-                let stream = shared
+                let stream = state
                     .events
                     .create_stream(
                         runtime.owner(),
                         StreamKind::Request,
-                        shared.config.retry,
+                        state.config.retry,
                         std::slice::from_ref(&request_id),
                     )
                     .await?;
                 runtime.append(stream, &response).await?;
-                shared.events.complete(stream).await?;
+                state.events.complete(stream).await?;
                 Ok::<_, StoreError>(stream)
             }
             .await;
             match stream {
-                Ok(stream) => Ok(shared
+                Ok(stream) => Ok(state
                     .writer(&runtime, stream, Start::Fresh { cursor: 0 })
                     .into_response(session_header)),
                 Err(error) => {
                     // The client never learnt the session id: nobody can use or delete it.
-                    let _ = shared.terminate(&runtime.record().id).await;
+                    let _ = state.terminate(&runtime.record().id).await;
                     Err(error.into())
                 }
             }
@@ -351,14 +349,13 @@ async fn initialize(
 
 /// `GET <path>`: the standalone stream, or a resume after `Last-Event-ID`.
 pub(crate) async fn get(
-    State(shared): State<Arc<ServerState>>,
+    State(state): State<Arc<ServerState>>,
     request: Request,
 ) -> Result<Response, ServerError> {
-    background::start(&shared);
     let (parts, _body) = request.into_parts();
-    check_host_origin(&shared, &parts)?;
-    let principal = shared.principal(&parts)?;
-    if !shared.config.get_streams {
+    check_host_origin(&state, &parts)?;
+    let principal = state.principal(&parts)?;
+    if !state.config.get_streams {
         return Err(ServerError::GetDisabled);
     }
     let accept = accept_value(&parts.headers);
@@ -368,42 +365,40 @@ pub(crate) async fn get(
         });
     }
     check_protocol_version(&parts.headers)?;
-    let runtime = session_for_reading(&shared, &parts.headers, &principal).await?;
+    let runtime = session_for_reading(&state, &parts.headers, &principal).await?;
     let Some(last_event_id) = parts.headers.get(headers::LAST_EVENT_ID) else {
         // A fresh GET continues the standalone stream after what earlier connections were
         // given; a second one replaces the first (docs/CONTRACTS.md#second-get, T33).
         let start = Start::Fresh {
             cursor: runtime.standalone_cursor(),
         };
-        return Ok(shared
+        return Ok(state
             .writer(&runtime, runtime.standalone(), start)
             .into_response(None));
     };
-    let (id, first) = match first_resumed_batch(&shared, &runtime, last_event_id).await {
+    let (id, first) = match first_resumed_batch(&state, &runtime, last_event_id).await {
         Ok(found) => found,
         Err(error) => {
             if let ServerError::ResumeRefused(refusal) = &error {
-                shared.metrics.resume((*refusal).into());
+                state.metrics.resume((*refusal).into());
             }
             return Err(error);
         }
     };
-    shared.metrics.resume(ResumeOutcome::Ok);
+    state.metrics.resume(ResumeOutcome::Ok);
     tracing::debug!(session = %runtime.record().id, stream = %id.stream, seq = id.seq, "resume");
     let start = Start::Resume {
         cursor: id.seq,
         first,
     };
-    Ok(shared
-        .writer(&runtime, id.stream, start)
-        .into_response(None))
+    Ok(state.writer(&runtime, id.stream, start).into_response(None))
 }
 
 /// The event id of a resume and the batch after it, read once before answering: an unusable
 /// id must be a 400, never a 200 with an empty or partial stream (docs/DESIGN.md#property-2). On
 /// failure, the refusal.
 async fn first_resumed_batch(
-    shared: &ServerState,
+    state: &ServerState,
     runtime: &SessionRuntime,
     last_event_id: &HeaderValue,
 ) -> Result<(EventId, ReadBatch), ServerError> {
@@ -412,12 +407,12 @@ async fn first_resumed_batch(
         .ok()
         .and_then(|v| parse_last_event_id(v).ok())
         .ok_or(ServerError::ResumeRefused(ResumeRefusal::Malformed))?;
-    let first = shared
+    let first = state
         .events
         .read_after(runtime.owner(), id.stream, id.seq, READ_BATCH)
         .await
         .map_err(resume_error)?;
-    if first.events.is_empty() && !was_issued(shared, runtime, id).await? {
+    if first.events.is_empty() && !was_issued(state, runtime, id).await? {
         // A seq past the stream's end was never sent: answering 200 would wait for events
         // the client then never sees numbered as it expects (or end at once on a complete
         // stream), a silent gap either way.
@@ -439,14 +434,14 @@ fn resume_error(error: StoreError) -> ServerError {
 /// nothing follows it: the stream's last event, or one evicted since (then its successors
 /// were evicted too, and the stream is merely quiet). Seq 0, the priming event, always was.
 async fn was_issued(
-    shared: &ServerState,
+    state: &ServerState,
     runtime: &SessionRuntime,
     id: tether_proto::ids::EventId,
 ) -> Result<bool, ServerError> {
     let Some(before) = id.seq.checked_sub(1) else {
         return Ok(true);
     };
-    match shared
+    match state
         .events
         .read_after(runtime.owner(), id.stream, before, 1)
         .await
@@ -459,23 +454,22 @@ async fn was_issued(
 
 /// `DELETE <path>`: ends the session and frees everything it held (T44, T45).
 pub(crate) async fn delete(
-    State(shared): State<Arc<ServerState>>,
+    State(state): State<Arc<ServerState>>,
     request: Request,
 ) -> Result<Response, ServerError> {
-    background::start(&shared);
     let (parts, _body) = request.into_parts();
-    check_host_origin(&shared, &parts)?;
-    let principal = shared.principal(&parts)?;
+    check_host_origin(&state, &parts)?;
+    let principal = state.principal(&parts)?;
     check_protocol_version(&parts.headers)?;
-    let record = session_record(&shared, &parts.headers, &principal).await?;
-    let id = match shared.home(&record).await? {
+    let record = session_record(&state, &parts.headers, &principal).await?;
+    let id = match state.home(&record).await? {
         // Its node stops the handler's work for it (and answers for the DELETE).
-        SessionHome::Node(node) => return handoff::delete(&shared, &node, record, principal).await,
-        SessionHome::Here => shared.local_session(record).await?.record().id.clone(),
+        SessionHome::Node(node) => return handoff::delete(&state, &node, record, principal).await,
+        SessionHome::Here => state.local_session(record).await?.record().id.clone(),
         SessionHome::Gone(_) => record.id,
     };
     // Two concurrent DELETEs: the one that did not remove the record gets the 404.
-    if !shared.terminate(&id).await? {
+    if !state.terminate(&id).await? {
         return Err(ServerError::SessionNotFound);
     }
     tracing::info!(session = %id, "session deleted");
@@ -490,21 +484,21 @@ pub(crate) async fn healthz() -> &'static str {
 /// `GET /metrics`: the server's counters and gauges in the OpenMetrics text format (see
 /// `metrics`); needs the same credentials as the MCP endpoint when authentication is on.
 pub(crate) async fn metrics(
-    State(shared): State<Arc<ServerState>>,
+    State(state): State<Arc<ServerState>>,
     request: Request,
 ) -> Result<Response, ServerError> {
     let (parts, _) = request.into_parts();
-    shared.principal(&parts)?;
-    let sessions = shared.local_session_ids();
-    let stored = shared.sessions.count().await.ok();
+    state.principal(&parts)?;
+    let sessions = state.local_session_ids();
+    let stored = state.sessions.count().await.ok();
     let mut retained = SessionUsage::default();
     for id in &sessions {
-        if let Ok(usage) = shared.events.usage(id).await {
+        if let Ok(usage) = state.events.usage(id).await {
             retained.events += usage.events;
             retained.bytes += usage.bytes;
         }
     }
-    let body = shared.metrics.render(sessions.len(), stored, retained);
+    let body = state.metrics.render(sessions.len(), stored, retained);
     let mut response = body.into_response();
     response
         .headers_mut()
@@ -514,13 +508,13 @@ pub(crate) async fn metrics(
 
 /// The layer on the MCP path that counts every answer by method and status.
 pub(crate) async fn count_responses(
-    State(shared): State<Arc<ServerState>>,
+    State(state): State<Arc<ServerState>>,
     request: Request,
     next: axum::middleware::Next,
 ) -> Response {
     let method = request.method().as_str().to_owned();
     let response = next.run(request).await;
-    shared.metrics.count_response(ResponseLabels {
+    state.metrics.count_response(ResponseLabels {
         method,
         status: response.status().as_u16(),
     });

@@ -50,12 +50,12 @@ pub(crate) struct Post {
 
 /// Hands `post` to `node` and answers the client with what it says.
 pub(crate) async fn post(
-    shared: &Arc<ServerState>,
+    state: &Arc<ServerState>,
     node: &str,
     post: Post,
 ) -> Result<Response, ServerError> {
     // Decided here too, so that a 406 does not need the other node.
-    let kind = shared.answer_kind(post.accept.as_deref());
+    let kind = state.answer_kind(post.accept.as_deref());
     let handoff = Handoff::Post {
         session: post.record.id.as_str().to_owned(),
         principal: post.principal.to_string(),
@@ -63,22 +63,22 @@ pub(crate) async fn post(
         // The parser accepted it, so it is UTF-8.
         body: String::from_utf8_lossy(&post.body).into_owned(),
     };
-    let answer = ask(shared, node, handoff).await?;
+    let answer = ask(state, node, handoff).await?;
     let Some(stream) = answer.stream() else {
         return Ok(http_response(answer));
     };
-    let runtime = shared.runtime(post.record).await?;
+    let runtime = state.runtime(post.record).await?;
     match kind? {
-        ResponseKind::EventStream => Ok(shared
+        ResponseKind::EventStream => Ok(state
             .writer(&runtime, stream, Start::Fresh { cursor: 0 })
             .into_response(None)),
-        ResponseKind::Json => collect_json(shared, &runtime, stream, post.is_batch).await,
+        ResponseKind::Json => collect_json(state, &runtime, stream, post.is_batch).await,
     }
 }
 
 /// Hands a DELETE of `record` to `node` and answers the client with what it says.
 pub(crate) async fn delete(
-    shared: &Arc<ServerState>,
+    state: &Arc<ServerState>,
     node: &str,
     record: SessionRecord,
     principal: Arc<str>,
@@ -87,19 +87,19 @@ pub(crate) async fn delete(
         session: record.id.as_str().to_owned(),
         principal: principal.to_string(),
     };
-    let answer = ask(shared, node, handoff).await?;
+    let answer = ask(state, node, handoff).await?;
     // The home node dropped its state; drop what this node held for the session too.
-    shared.forget(&record.id);
+    state.forget(&record.id);
     Ok(http_response(answer))
 }
 
 /// Sends `handoff` to `node` and waits for its answer.
 async fn ask(
-    shared: &ServerState,
+    state: &ServerState,
     node: &str,
     handoff: Handoff,
 ) -> Result<HandoffAnswer, ServerError> {
-    let relay = shared
+    let relay = state
         .relay
         .as_ref()
         .expect("sessions live on other nodes only with a relay");
@@ -121,7 +121,7 @@ async fn ask(
 
 /// Reads Request stream `stream` to its end and answers with its responses as JSON.
 async fn collect_json(
-    shared: &ServerState,
+    state: &ServerState,
     runtime: &SessionRuntime,
     stream: StreamId,
     is_batch: bool,
@@ -129,7 +129,7 @@ async fn collect_json(
     let mut cursor = 0;
     let mut responses = Vec::new();
     loop {
-        let batch = shared
+        let batch = state
             .events
             .read_after(runtime.owner(), stream, cursor, READ_BATCH)
             .await?;
@@ -146,8 +146,8 @@ async fn collect_json(
             break;
         }
         tokio::select! {
-            waited = shared.events.wait_for_more(stream, cursor) => waited?,
-            () = shared.shutdown.cancelled() => return Err(ServerError::ShuttingDown),
+            waited = state.events.wait_for_more(stream, cursor) => waited?,
+            () = state.shutdown.cancelled() => return Err(ServerError::ShuttingDown),
         }
     }
     Ok(match dispatch::json_body(&responses, is_batch) {
@@ -181,15 +181,15 @@ fn http_response(answer: HandoffAnswer) -> Response {
 /// Takes the handoffs other nodes send this node, each in a task of its own, until the
 /// server is dropped.
 pub(crate) async fn serve(
-    shared: Weak<ServerState>,
+    state: Weak<ServerState>,
     mut inbox: mpsc::UnboundedReceiver<IncomingHandoff>,
 ) {
     while let Some(incoming) = inbox.recv().await {
-        let Some(shared) = shared.upgrade() else {
+        let Some(state) = state.upgrade() else {
             return;
         };
         tokio::spawn(async move {
-            let answer = take(&shared, incoming.handoff)
+            let answer = take(&state, incoming.handoff)
                 .await
                 .unwrap_or_else(ServerError::into_handoff_answer);
             let _ = incoming.reply.send(answer);
@@ -198,8 +198,8 @@ pub(crate) async fn serve(
 }
 
 /// Does what a handoff asks, as this node would for the request itself.
-async fn take(shared: &Arc<ServerState>, handoff: Handoff) -> Result<HandoffAnswer, ServerError> {
-    if shared.shutdown.is_cancelled() {
+async fn take(state: &Arc<ServerState>, handoff: Handoff) -> Result<HandoffAnswer, ServerError> {
+    if state.shutdown.is_cancelled() {
         return Err(ServerError::ShuttingDown);
     }
     match handoff {
@@ -209,18 +209,18 @@ async fn take(shared: &Arc<ServerState>, handoff: Handoff) -> Result<HandoffAnsw
             accept,
             body,
         } => {
-            let record = shared.record_of(&session_id(&session)?, &principal).await?;
+            let record = state.record_of(&session_id(&session)?, &principal).await?;
             let batching = if record.version.allows_batches() {
                 Batching::Allowed
             } else {
                 Batching::Forbidden
             };
-            let runtime = shared.local_session(record).await?;
+            let runtime = state.local_session(record).await?;
             let raw = body;
             let body = parse_body(raw.as_bytes(), batching)?;
             let is_batch = matches!(body, RpcBody::Batch(_));
             let answer = dispatch::post(
-                shared,
+                state,
                 &runtime,
                 raw.as_bytes(),
                 body.into_messages(),
@@ -245,8 +245,8 @@ async fn take(shared: &Arc<ServerState>, handoff: Handoff) -> Result<HandoffAnsw
             })
         }
         Handoff::Delete { session, principal } => {
-            let record = shared.record_of(&session_id(&session)?, &principal).await?;
-            if !shared.terminate(&record.id).await? {
+            let record = state.record_of(&session_id(&session)?, &principal).await?;
+            if !state.terminate(&record.id).await? {
                 return Err(ServerError::SessionNotFound);
             }
             tracing::info!(session = %record.id, "session deleted (handed over)");

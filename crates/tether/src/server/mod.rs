@@ -345,19 +345,17 @@ impl Server {
     /// answers to finish, and returns.
     ///
     /// Connections are bounded by [`ServerConfig::connections`] (see [`ConnectionLimits`]).
+    /// The requests a predecessor left unanswered were answered when the server was built.
     ///
     /// # Errors
     ///
-    /// When the store is unavailable at start (accept errors are logged and retried).
+    /// None today: accept errors are logged and retried, so this returns `Ok` once shut down;
+    /// the `io::Result` leaves room for a listener that fails for good.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        self.answer_orphans().await.map_err(|error| {
-            std::io::Error::other(format!("answering orphaned requests: {error}"))
-        })?;
-        background::start(&self.state);
         let token = self.state.shutdown.clone();
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, path = %self.state.config.path, node = self.node_id(), "serving");
