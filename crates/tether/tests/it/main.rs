@@ -41,6 +41,8 @@ mod resume_repost;
 #[cfg(feature = "server")]
 mod resume_scope;
 
+#[cfg(all(feature = "server", feature = "client"))]
+mod server_builder;
 #[cfg(feature = "server")]
 mod server_count;
 #[cfg(feature = "server")]
