@@ -12,7 +12,7 @@ use axum::body::Body;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use libfuzzer_sys::fuzz_target;
 use tether::demo::DemoHandler;
-use tether::server::{Server, ServerConfig};
+use tether::server::Server;
 use tower::ServiceExt as _;
 
 const HEADERS: [&str; 9] = [
@@ -58,10 +58,9 @@ fn fixture() -> &'static Fixture {
             .enable_all()
             .build()
             .unwrap();
-        let server = Server::with_memory_stores(
-            ServerConfig::default(),
-            std::sync::Arc::new(DemoHandler::new()),
-        );
+        let server = runtime
+            .block_on(Server::builder(std::sync::Arc::new(DemoHandler::new())).build())
+            .unwrap();
         let router = server.router();
         let session = runtime.block_on(async {
             let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"fuzz","version":"0"}}}"#;

@@ -9,8 +9,9 @@
 //!
 //! The store is SQLite by default, at `<data dir>/tether.db`, so sessions and events survive a
 //! restart; the data dir is `$TETHER_DATA_DIR`, else `$XDG_DATA_HOME/tether`, else
-//! `~/.local/share/tether`, created if missing and named in the log. On start the server
-//! answers the requests a killed predecessor left unanswered ([`Server::serve`]).
+//! `~/.local/share/tether`, created if missing and named in the log. Building the server,
+//! before the ready line, answers the requests a killed predecessor left unanswered
+//! ([`ServerBuilder::build`](tether::server::ServerBuilder::build)).
 //!
 //! With `-- CMD ARGS...` it is a gateway: each session runs its own `CMD` as a stdio MCP
 //! server ([`tether::gateway`]).

@@ -3,8 +3,8 @@
 //!
 //! tether's server never writes a message to a connection directly: the handler appends it to
 //! the [`EventStore`] and one writer loop per connection reads the stream after its cursor, so
-//! first delivery and resume after `Last-Event-ID` are the same loop (docs/ARCHITECTURE.md,
-//! "Data flow"). Issue 5 sets the aims this bench checks: replay at least as fast as first
+//! first delivery and resume after `Last-Event-ID` are the same loop
+//! (docs/DESIGN.md#data-flow). Issue 5 sets the aims this bench checks: replay at least as fast as first
 //! delivery, and the first replayed event within 2 ms with 100 000 events stored.
 //!
 //! Scenarios, all over real loopback sockets against `Server::serve` with the demo handler

@@ -50,10 +50,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The whole mounting: a store bundle, a built server, its MCP service at a path.
     let stores = Stores::sqlite(&args.db, StoreLimits::default())?;
-    let mcp = Server::builder(Arc::new(DemoHandler::new()))
-        .stores(stores)
-        .build()
-        .await?;
+    let mcp = Arc::new(
+        Server::builder(Arc::new(DemoHandler::new()))
+            .stores(stores)
+            .build()
+            .await?,
+    );
     let app = Router::new()
         .route(
             "/",
@@ -64,12 +66,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let listener = tokio::net::TcpListener::bind(&args.bind).await?;
     println!("tether: serving http://{}/mcp", listener.local_addr()?);
+    let stopping = Arc::clone(&mcp);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = tokio::signal::ctrl_c().await;
             // Open streams end with a `retry`, so clients come back and resume.
-            mcp.shutdown();
+            stopping.shutdown();
         })
         .await?;
+    // The handler frees what it holds (a gateway would stop its child processes).
+    mcp.close().await;
     Ok(())
 }

@@ -131,14 +131,16 @@ pub struct ServerConfig {
     /// (`ContextError::Store(StoreError::EventTooLarge)`).
     pub max_event_bytes: usize,
     /// Limits on connections: request-head timeout, connections at once, header count
-    /// ([`ConnectionLimits::default`]). Applied by [`Server::serve`](crate::server::Server::serve); a router mounted in an
-    /// application's own server gets that server's.
+    /// ([`ConnectionLimits::default`]). Applied by
+    /// [`Server::serve`](crate::server::Server::serve); an
+    /// [`mcp_service`](crate::server::Server::mcp_service) mounted in an application's own
+    /// server gets that server's limits.
     pub connections: ConnectionLimits,
     /// Maximum of requests in flight per session; more get 429
     /// ([`DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION`]).
     pub max_concurrent_requests_per_session: usize,
     /// This node's id, sent as `Tether-Node` on every response. Empty (the default): a random
-    /// id chosen when the server is created. Must be a valid header value (visible ASCII).
+    /// id chosen when the server is built. Must be a valid header value (visible ASCII).
     pub node_id: String,
     /// Serve the standalone GET stream and resumption (default `true`). When `false`, GET
     /// gets 405 with `Allow: POST, DELETE`, which tells clients streams are not resumable.

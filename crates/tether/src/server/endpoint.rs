@@ -9,8 +9,9 @@
 //! has a body); for GET 405 when GET streams are off, `Accept` (406), the version, the session
 //! and `Last-Event-ID` (400); for DELETE the version and the session. A POST without
 //! `Mcp-Session-Id` is parsed first, since only an unbatched `initialize` may come without
-//! one. It also owns the session lifecycle: `initialize` creates the session record and its
-//! standalone stream, DELETE and idle expiry end it. Every refusal is a [`ServerError`]. What
+//! one. It decides when sessions begin and end: `initialize` has [`super::state`] create the
+//! session (its record and standalone stream), DELETE has it terminate the session; idle
+//! expiry is `background`'s. Every refusal is a [`ServerError`]. What
 //! happens to the messages of an accepted POST is [`super::dispatch`]'s; how streams reach
 //! the wire is [`super::writer`]'s; the sessions themselves are [`super::state`]'s.
 //!

@@ -85,7 +85,9 @@ pub trait Handler: Send + Sync + 'static {
         let _ = session;
     }
 
-    /// The server stopped serving (graceful shutdown): free everything.
+    /// The server stopped serving: free everything (a gateway stops its children). Called by
+    /// `Server::serve` once its graceful shutdown has finished, and by `Server::close` for a
+    /// server mounted in an application.
     async fn shutdown(&self) {}
 
     /// Handles one request. The returned value is the JSON-RPC `result`; an error becomes a

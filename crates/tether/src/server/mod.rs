@@ -20,7 +20,8 @@
 //! (its decisions are [`tether_proto::sse_writer`]'s), `error` maps every refusal to its
 //! status and body, `origin` is the DNS-rebinding check, `auth` who a request comes from,
 //! `metrics` what operators see, `orphans` the answers to requests an earlier process left
-//! unanswered. Stores are [`crate::store`]'s; JSON-RPC, versions, headers and ids are
+//! unanswered, `handler` the trait an application implements, `listen` the accept loop of
+//! [`serve`](Server::serve). Stores are [`crate::store`]'s; JSON-RPC, versions, headers and ids are
 //! [`tether_proto`]'s; SSE framing is [`tether_sse`]'s.
 
 pub mod auth;
@@ -132,7 +133,8 @@ impl ServerBuilder {
     }
 
     /// This node's id, sent as `Tether-Node` on every response (default: the config's
-    /// [`node_id`](ServerConfig::node_id), else a random id).
+    /// [`node_id`](ServerConfig::node_id), else a random id). Call it after
+    /// [`config`](Self::config), which replaces the whole configuration, this id included.
     pub fn node_id(mut self, node_id: impl Into<String>) -> Self {
         self.config.node_id = node_id.into();
         self
@@ -330,6 +332,15 @@ impl Server {
         self.state.shutdown.cancel();
     }
 
+    /// Tells the handler the server has stopped serving ([`Handler::shutdown`]: a gateway
+    /// stops its child processes), after [`shutdown`](Self::shutdown) if it was not called
+    /// yet. [`serve`](Self::serve) does this once its connections are closed; call it
+    /// yourself after your own server, in which this one is mounted, has stopped.
+    pub async fn close(&self) {
+        self.shutdown();
+        self.state.handler.shutdown().await;
+    }
+
     /// Sets `Tether-Node` on a response.
     fn add_node(&self) -> impl Fn(Response) -> Response + Clone + Send + Sync + 'static {
         let node_id = self.state.node_id.clone();
@@ -363,7 +374,7 @@ impl Server {
         let router = self.router();
         let limits = self.state.config.connections;
         listen::serve(listener, router, limits, shutdown, move || token.cancel()).await;
-        self.state.handler.shutdown().await;
+        self.close().await;
         Ok(())
     }
 }

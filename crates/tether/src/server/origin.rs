@@ -5,7 +5,7 @@
 //! page's `Origin`. The rules, as pure functions over header values:
 //!
 //! - **Host.** With an empty allow-list the server assumes it serves loopback (it cannot know
-//!   its bind address from inside a mountable `Router`) and accepts only `localhost`,
+//!   its bind address from inside a mounted service) and accepts only `localhost`,
 //!   `127.0.0.1` and `[::1]`, any port. Otherwise an entry `name` accepts that host on any
 //!   port, `name:port` exactly that, and `*` anything (for deployments behind a proxy that
 //!   checks it). A request with no host at all is refused.

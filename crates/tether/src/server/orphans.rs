@@ -2,13 +2,14 @@
 //!
 //! With a durable store, a server that was killed mid-request leaves Request streams that
 //! nothing will ever complete: their handlers died with the process. A client resuming such a
-//! stream after the restart would replay what was stored and then wait forever. Before
-//! serving, the server therefore asks the store for those streams
+//! stream after the restart would replay what was stored and then wait forever. When it is
+//! built, before any request can reach it, the server therefore asks the store for those streams
 //! ([`EventStore::orphaned_streams`]), appends a JSON-RPC error for every request on them
 //! that has no stored response yet, and completes them, so the resuming client gets every
 //! event stored before the crash, then an answer, then the end of the stream.
 //!
-//! This module owns that one sweep; the error's code and reason are pinned here.
+//! `background` runs the same sweep every second, for the streams a dead node of a shared
+//! store leaves. This module owns the sweep; the error's code and reason are pinned here.
 
 use std::collections::HashSet;
 

@@ -46,7 +46,8 @@ pub(crate) struct ServerState {
     pub(crate) metrics: Arc<Metrics>,
     /// Who requests come from; without one, everyone is [`ANONYMOUS_PRINCIPAL`].
     pub(crate) authenticator: Option<Arc<dyn Authenticator>>,
-    /// Cancelled when `serve` is told to shut down: writer loops send `retry` and end.
+    /// Cancelled by `Server::shutdown` (which `serve` calls when told to shut down): writer
+    /// loops send `retry` and end.
     pub(crate) shutdown: CancellationToken,
     runtimes: Mutex<HashMap<SessionId, Arc<SessionRuntime>>>,
     /// Serializes session creation so that `max_sessions` is a hard bound (count, then

@@ -6,7 +6,9 @@
 //! there is no replay-to-live hand-off to get wrong (docs/DESIGN.md#data-flow).
 //!
 //! This module owns the two traits, their shared types and the invariants every backend must
-//! keep; [`memory`] is the in-process backend. It does not own HTTP, SSE connections or the
+//! keep; [`Stores`] opens a backend as the bundle a server runs on, with one [`StoreLimits`];
+//! [`memory`] is the in-process backend, `sqlite` and `redis` (features) the durable ones. It
+//! does not own HTTP, SSE connections or the
 //! routing of messages to streams (that is the server's).
 //!
 //! # Invariants of an [`EventStore`]

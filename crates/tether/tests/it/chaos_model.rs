@@ -14,7 +14,7 @@
 //!   ends with its final response or with an explicit refusal of the cursor (expired). What
 //!   the application receives is checked against the server's sequence. The machine's own
 //!   rules (waits, budgets, one attempt at a time) are covered by
-//!   `tether-proto/tests/reconnect.rs` and not repeated here.
+//!   `tether-proto/tests/it/reconnect.rs` and not repeated here.
 //!
 //! The sequences come from a seeded generator (`CHAOS_MODEL_SEED` replays one seed; the
 //! failing seed is printed), and a failing sequence is shrunk by dropping operations one at a

@@ -10,7 +10,7 @@
 //! peer that loses events fails the test with the gap and the proxy's fault log in the
 //! message.
 //!
-//! The SDK matrix (`crates/tether-cli/tests/sdk_matrix.rs`) runs the whole conversation with
+//! The SDK matrix (`crates/tether-cli/tests/it/sdk_matrix.rs`) runs the whole conversation with
 //! the same peers (`tools/list`, a call cut mid-event, DELETE and the 404 after it); this
 //! file keeps the harsher cut pattern: byte offsets anywhere, two calls per session.
 
