@@ -49,6 +49,9 @@ stage docs       scripts/check-docs.sh
 stage modules    python3 scripts/check-module-graph.py --self-test crates/tether/src/server
 stage clippy     cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 stage doc        env RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --all-features --no-deps
+# The fuzz targets live outside the workspace (cargo-fuzz needs nightly features, unlocked
+# with RUSTC_BOOTSTRAP=1): checked here so that an API change cannot leave them unbuildable.
+stage fuzz-check bash -c 'cd fuzz && RUSTC_BOOTSTRAP=1 cargo check --locked --bins'
 # The conformance suite runs in a stage of its own, with its output shown, so that its summary
 # lines (per scenario, and the totals) appear in the test output.
 stage test       cargo test --locked --workspace --all-features -- --skip conformance_suite_
