@@ -28,17 +28,37 @@ pub(super) fn lock_store(path: &Path) -> Result<std::fs::File, SqliteOpenError> 
             path: lock_path.clone(),
             source,
         })?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(SqliteOpenError::InUse {
-            path: path.to_owned(),
-        }),
-        Err(std::fs::TryLockError::Error(source)) => Err(SqliteOpenError::Lock {
-            path: lock_path,
-            source,
-        }),
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(LOCK_RETRY);
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(SqliteOpenError::InUse {
+                    path: path.to_owned(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(SqliteOpenError::Lock {
+                    path: lock_path,
+                    source,
+                });
+            }
+        }
     }
 }
+
+/// How long an open waits for the lock file before reporting the store in use. The lock is
+/// the open file's (`flock`), so a child process forked while this process held it keeps it
+/// until that child execs: a store closed and opened again at once, in a process that starts
+/// other processes, can find its own lock held for that moment. A real second owner still
+/// gets `InUse`, this much later.
+const LOCK_WAIT: Duration = Duration::from_millis(250);
+
+/// Pause between two tries while waiting for the lock file.
+const LOCK_RETRY: Duration = Duration::from_millis(5);
 
 pub(super) fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(
