@@ -157,8 +157,6 @@ pub struct BatchPlan {
     /// Leave out the batch's first event: the stored priming event, for a version that is
     /// never primed.
     pub skip_first: bool,
-    /// How many events go out (the batch's, less the skipped one).
-    pub written: usize,
     /// A frame after the events: the `retry` of a connection closing before its stream ends.
     pub tail: Option<Frame>,
     /// This chunk is the connection's last: [`SseWriter::step`] says [`Step::End`] next.
@@ -273,15 +271,11 @@ impl SseWriter {
     pub fn on_batch(&mut self, batch: &Batch, now: Instant) -> BatchPlan {
         self.from_start = false;
         let mut skip_first = false;
-        let mut written = 0;
         if let Some(seqs) = &batch.seqs {
-            let count = usize::try_from(seqs.end().saturating_sub(*seqs.start()))
-                .unwrap_or(usize::MAX)
-                .saturating_add(1);
             skip_first = *seqs.start() == EventId::PRIMING_SEQ && !self.primes;
-            written = count - usize::from(skip_first);
             self.cursor = *seqs.end();
-            if written > 0 {
+            // Something goes out unless the batch is only the priming event being left out.
+            if !(skip_first && seqs.end() == seqs.start()) {
                 self.sent_id = true;
             }
         }
@@ -305,7 +299,6 @@ impl SseWriter {
         };
         BatchPlan {
             skip_first,
-            written,
             tail,
             last,
         }
@@ -422,7 +415,6 @@ mod tests {
             plan,
             BatchPlan {
                 skip_first: false,
-                written: 4,
                 tail: None,
                 last: false
             }
@@ -447,12 +439,19 @@ mod tests {
         writer.step(t0);
         let plan = writer.on_batch(&batch(Some(0..=2), false), t0);
         assert!(plan.skip_first);
-        assert_eq!(plan.written, 2);
         // A batch of the priming event alone writes nothing.
         let mut writer = SseWriter::new(stream(), Start::Fresh { cursor: 0 }, OLD, config(), t0);
         writer.step(t0);
         let plan = writer.on_batch(&batch(Some(0..=0), false), t0);
-        assert_eq!((plan.skip_first, plan.written), (true, 0));
+        assert!(plan.skip_first);
+        // Nothing went out, yet an older version is closed with a bare retry: never primed.
+        writer.on_close(Close::Shutdown);
+        writer.step(t0);
+        let plan = writer.on_batch(&batch(None, false), t0);
+        assert!(
+            matches!(plan.tail, Some(Frame::Retry { .. })),
+            "older versions get no priming"
+        );
     }
 
     #[test]
@@ -506,8 +505,14 @@ mod tests {
         );
         writer.step(t0);
         let plan = writer.on_batch(&batch(None, false), t0);
-        assert_eq!(plan.written, 0);
-        assert!(!plan.last);
+        assert_eq!(
+            plan,
+            BatchPlan {
+                skip_first: false,
+                tail: None,
+                last: false
+            }
+        );
         assert_eq!(
             writer.step(t0),
             Step::Wait {
@@ -585,7 +590,7 @@ mod tests {
         assert!(matches!(writer.step(t1), Step::Read { after: 1, .. }));
         assert_eq!(writer.closing(), Some(Close::Poll));
         let plan = writer.on_batch(&batch(Some(2..=3), false), t1);
-        assert_eq!(plan.written, 2);
+        assert!(!plan.skip_first);
         assert_eq!(plan.tail, Some(Frame::Retry { retry_ms: 1000 }));
         assert!(plan.last);
         assert_eq!(writer.step(t1), Step::End);

@@ -25,18 +25,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Process, then commit: the token saved here names the last event the loop below has
     // finished with, so a crash repeats at most the event it was handling.
     let path = token_path.clone();
-    let config = {
-        let mut config = ClientConfig::default();
-        config.on_resumption_token = Some(Arc::new(move |token: &ResumptionToken| {
-            if let Ok(text) = serde_json::to_string(token) {
-                let tmp = format!("{path}.tmp");
-                if std::fs::write(&tmp, text).is_ok() {
-                    let _ = std::fs::rename(&tmp, &path);
-                }
+    let mut config = ClientConfig::default();
+    config.on_resumption_token = Some(Arc::new(move |token: &ResumptionToken| {
+        if let Ok(text) = serde_json::to_string(token) {
+            let tmp = format!("{path}.tmp");
+            if std::fs::write(&tmp, text).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
             }
-        }));
-        config
-    };
+        }
+    }));
 
     let mut call: ToolCall = if resume {
         let token: ResumptionToken = serde_json::from_str(&std::fs::read_to_string(&token_path)?)?;

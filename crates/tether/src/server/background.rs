@@ -6,7 +6,6 @@
 //! Each task holds only a weak reference to the [`ServerState`], so it ends when the server
 //! is dropped, or at shutdown.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use tether_proto::ids::SessionId;
 use super::handoff;
 use super::orphans;
 use super::state::ServerState;
-use crate::lock;
+use crate::store::StartTasks;
 
 /// The sweeper looks for idle sessions this often relative to `session_idle`, so a session
 /// ends at most a quarter past its idle time.
@@ -30,12 +29,9 @@ const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(10);
 /// memory is reclaimed within half a minute.
 const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Starts the background work once (inside a runtime); later calls do nothing.
-pub(crate) fn start(state: &Arc<ServerState>) {
-    if state.background_started.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let store_tasks = lock(&state.store_tasks).take();
+/// Starts the background work (inside a runtime), with the stores' own tasks: called once,
+/// by `ServerBuilder::build`.
+pub(crate) fn start(state: &Arc<ServerState>, store_tasks: Option<StartTasks>) {
     if let Some(start) = store_tasks {
         start();
     }

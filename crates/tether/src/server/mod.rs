@@ -99,6 +99,8 @@ pub struct ServerBuilder {
     stores: Option<Stores>,
     authenticator: Option<Arc<dyn Authenticator>>,
     config: ServerConfig,
+    /// Set by [`ServerBuilder::node_id`]; wins over the config's, whichever came first.
+    node_id: Option<String>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -133,10 +135,10 @@ impl ServerBuilder {
     }
 
     /// This node's id, sent as `Tether-Node` on every response (default: the config's
-    /// [`node_id`](ServerConfig::node_id), else a random id). Call it after
-    /// [`config`](Self::config), which replaces the whole configuration, this id included.
+    /// [`node_id`](ServerConfig::node_id), else a random id). It wins over the config's,
+    /// whether [`config`](Self::config) is called before or after.
     pub fn node_id(mut self, node_id: impl Into<String>) -> Self {
-        self.config.node_id = node_id.into();
+        self.node_id = Some(node_id.into());
         self
     }
 
@@ -150,12 +152,17 @@ impl ServerBuilder {
     /// [`BuildError::InvalidPath`], [`BuildError::InvalidNodeId`], or
     /// [`BuildError::Store`] when the store fails while orphans are answered.
     pub async fn build(self) -> Result<Server, BuildError> {
-        let stores = self
+        let mut stores = self
             .stores
             .unwrap_or_else(|| Stores::memory(StoreLimits::default()));
-        let mut server = Server::assemble(self.config, self.handler, stores, self.authenticator)?;
+        let store_tasks = stores.start.take();
+        let mut config = self.config;
+        if let Some(node_id) = self.node_id {
+            config.node_id = node_id;
+        }
+        let mut server = Server::assemble(config, self.handler, stores, self.authenticator)?;
         server.answered_at_start = server.answer_orphans().await?;
-        background::start(&server.state);
+        background::start(&server.state, store_tasks);
         Ok(server)
     }
 }
@@ -202,6 +209,7 @@ impl Server {
             stores: None,
             authenticator: None,
             config: ServerConfig::default(),
+            node_id: None,
         }
     }
 
@@ -227,7 +235,7 @@ impl Server {
             events,
             sessions,
             relay,
-            start,
+            ..
         } = stores;
         let state = ServerState::new(
             config,
@@ -238,9 +246,6 @@ impl Server {
             relay,
             authenticator,
         );
-        if let Some(start) = start {
-            state.set_store_tasks(start);
-        }
         Ok(Self {
             state: Arc::new(state),
             answered_at_start: OrphanReport::default(),

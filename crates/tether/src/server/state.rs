@@ -8,7 +8,6 @@
 //! (the endpoint's), routing of messages (dispatch's) or background work (`background`).
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use http::HeaderValue;
@@ -53,11 +52,6 @@ pub(crate) struct ServerState {
     /// Serializes session creation so that `max_sessions` is a hard bound (count, then
     /// insert, without another initialize in between).
     create_lock: tokio::sync::Mutex<()>,
-    /// The background work has started (see `background`).
-    pub(crate) background_started: AtomicBool,
-    /// Background work of the stores that needs a runtime (the memory store's retention
-    /// sweeper), started with the server's own.
-    pub(crate) store_tasks: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl ServerState {
@@ -88,14 +82,7 @@ impl ServerState {
             shutdown: CancellationToken::new(),
             runtimes: Mutex::new(HashMap::new()),
             create_lock: tokio::sync::Mutex::new(()),
-            background_started: AtomicBool::new(false),
-            store_tasks: Mutex::new(None),
         }
-    }
-
-    /// Registers store background work to start with the server's (inside a runtime).
-    pub(crate) fn set_store_tasks(&self, start: Box<dyn FnOnce() + Send>) {
-        *lock(&self.store_tasks) = Some(start);
     }
 
     /// The principal of a request (see [`super::auth`]): 401 when an authenticator is set and

@@ -41,7 +41,7 @@ use tracing::Instrument as _;
 
 use super::metrics::{ConnectionKind, Metrics, OpenStream};
 use super::session::{ConnectionGuard, SessionRuntime};
-use crate::store::ReadBatch;
+use crate::store::{ReadBatch, StoredEvent};
 
 /// Events read from the store per round trip. Large enough that a fast producer's backlog goes
 /// out in few, large writes (one chunk per batch); small enough that one batch of typical
@@ -241,7 +241,7 @@ impl Writer {
             );
         }
         let tail = plan.tail.map(encode);
-        let chunk = concat(events.iter().map(|event| &event.frame), events.len(), tail);
+        let chunk = concat(events, tail);
         if chunk.is_empty() {
             return None;
         }
@@ -306,22 +306,18 @@ fn encode(frame: Frame) -> Bytes {
     }
 }
 
-/// One chunk of `frames` then `tail`: the stored frame itself when it is alone (no copy),
-/// else one buffer of the exact size, so that a batch goes to the socket in one write.
-fn concat<'a>(
-    frames: impl Iterator<Item = &'a Bytes> + Clone,
-    count: usize,
-    tail: Option<Bytes>,
-) -> Bytes {
-    match (count, tail) {
-        (0, tail) => tail.unwrap_or_default(),
-        (1, None) => frames.clone().next().cloned().unwrap_or_default(),
-        (_, tail) => {
+/// One chunk of the events' frames then `tail`: the stored frame itself when it is alone (no
+/// copy), else one buffer of the exact size, so that a batch goes to the socket in one write.
+fn concat(events: &[StoredEvent], tail: Option<Bytes>) -> Bytes {
+    match (events, tail) {
+        ([], tail) => tail.unwrap_or_default(),
+        ([event], None) => event.frame.clone(),
+        (events, tail) => {
             let tail = tail.unwrap_or_default();
-            let size = frames.clone().map(Bytes::len).sum::<usize>() + tail.len();
+            let size = events.iter().map(|event| event.frame.len()).sum::<usize>() + tail.len();
             let mut chunk = BytesMut::with_capacity(size);
-            for frame in frames {
-                chunk.extend_from_slice(frame);
+            for event in events {
+                chunk.extend_from_slice(&event.frame);
             }
             chunk.extend_from_slice(&tail);
             chunk.freeze()

@@ -71,6 +71,7 @@ pub use pipeline::{QUEUED_BYTES as PIPELINE_QUEUED_BYTES, WINDOW as PIPELINE_WIN
 pub use sqlite::{
     Durability, SqliteEventStore, SqliteOpenError, SqliteSessionStore, SqliteStoreConfig,
 };
+pub(crate) use stores::StartTasks;
 pub use stores::Stores;
 
 /// The principal of requests made without authentication.

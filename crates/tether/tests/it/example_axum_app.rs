@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tether::client::{Client, ClientConfig};
+use tether_testkit::raw::RawClient;
 
 use crate::support::client::{count_params, drain};
 
@@ -67,11 +68,12 @@ fn start(db: &std::path::Path) -> (Example, String) {
 }
 
 async fn get(url: &str) -> (u16, String) {
-    // reqwest is built without a default crypto provider; tether's client installs ring.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let response = reqwest::get(url).await.expect("a response");
-    let status = response.status().as_u16();
-    (status, response.text().await.expect("a body"))
+    let client = RawClient::new(url).expect("a loopback URL");
+    let answer = client
+        .exchange(&client.request("GET"))
+        .await
+        .expect("an answer");
+    (answer.status, String::from_utf8(answer.body).expect("text"))
 }
 
 async fn count(url: &str, n: u64) -> (Vec<u64>, String) {

@@ -5,13 +5,12 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::get;
+use serde_json::json;
 use tether::demo::DemoHandler;
 use tether::server::{BearerTokens, BuildError, Server, ServerConfig};
 use tether::store::{StoreLimits, Stores};
+use tether_testkit::raw::{RawClient, Transcript};
 use tokio::net::TcpListener;
-
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
 fn builder() -> tether::server::ServerBuilder {
     Server::builder(Arc::new(DemoHandler::new())).stores(Stores::memory(StoreLimits::default()))
@@ -25,22 +24,23 @@ async fn serve(app: Router) -> String {
     format!("http://{addr}")
 }
 
-fn http() -> reqwest::Client {
-    // reqwest is built without a default crypto provider; tether's client installs ring.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
+/// A plain GET of `url`, read to its end.
+async fn get(url: &str) -> Transcript {
+    let client = RawClient::new(url).unwrap();
+    client.exchange(&client.request("GET")).await.unwrap()
 }
 
-async fn initialize(url: &str, token: Option<&str>) -> reqwest::Response {
-    let mut request = http()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(INITIALIZE);
+/// An `initialize` POST to `url`, with `token` as its bearer token, read to its end.
+async fn initialize(url: &str, token: Option<&str>) -> Transcript {
+    let mut client = RawClient::new(url).unwrap();
     if let Some(token) = token {
-        request = request.bearer_auth(token);
+        client = client.with_bearer_token(token);
     }
-    request.send().await.unwrap()
+    let request = client.request("POST").json(&json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}}));
+    client.exchange(&request).await.unwrap()
 }
 
 #[tokio::test]
@@ -61,21 +61,24 @@ async fn the_mcp_service_answers_where_it_is_mounted_beside_the_apps_own_routes(
     let server = builder().node_id("node-7").build().await.unwrap();
     assert_eq!(server.node_id(), "node-7");
     let app = Router::new()
-        .route("/healthz", get(|| async { "app: ok" }))
+        .route("/healthz", axum::routing::get(|| async { "app: ok" }))
         .nest_service("/api/mcp", server.mcp_service());
     let base = serve(app).await;
 
-    let health = http().get(format!("{base}/healthz")).send().await.unwrap();
-    assert_eq!(health.text().await.unwrap(), "app: ok");
+    assert_eq!(get(&format!("{base}/healthz")).await.body, b"app: ok");
 
     let answer = initialize(&format!("{base}/api/mcp"), None).await;
-    assert_eq!(answer.status(), 200);
-    assert_eq!(answer.headers()["tether-node"], "node-7");
-    assert!(answer.headers().contains_key("mcp-session-id"));
-    let wrong = http().put(format!("{base}/api/mcp")).send().await.unwrap();
-    assert_eq!(wrong.status(), 405, "only POST, GET and DELETE");
-    let metrics = http().get(format!("{base}/metrics")).send().await.unwrap();
-    assert_eq!(metrics.status(), 404, "the ops routes are opt-in");
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers.get("tether-node"), Some("node-7"));
+    assert!(answer.headers.get("mcp-session-id").is_some());
+    let wrong = RawClient::new(&format!("{base}/api/mcp")).unwrap();
+    let wrong = wrong.exchange(&wrong.request("PUT")).await.unwrap();
+    assert_eq!(wrong.status, 405, "only POST, GET and DELETE");
+    assert_eq!(
+        get(&format!("{base}/metrics")).await.status,
+        404,
+        "the ops routes are opt-in"
+    );
 }
 
 #[tokio::test]
@@ -85,14 +88,12 @@ async fn the_ops_router_serves_health_and_metrics_when_merged() {
         .route_service("/mcp", server.mcp_service())
         .merge(server.ops_router());
     let base = serve(app).await;
-    let answer = initialize(&format!("{base}/mcp"), None).await;
-    assert_eq!(answer.status(), 200);
-    drop(answer);
-    let health = http().get(format!("{base}/healthz")).send().await.unwrap();
-    assert_eq!(health.headers()["tether-node"], server.node_id());
-    assert_eq!(health.text().await.unwrap(), "ok\n");
-    let metrics = http().get(format!("{base}/metrics")).send().await.unwrap();
-    let text = metrics.text().await.unwrap();
+    assert_eq!(initialize(&format!("{base}/mcp"), None).await.status, 200);
+    let health = get(&format!("{base}/healthz")).await;
+    assert_eq!(health.headers.get("tether-node"), Some(server.node_id()));
+    assert_eq!(health.body, b"ok\n");
+    let metrics = get(&format!("{base}/metrics")).await;
+    let text = String::from_utf8(metrics.body).unwrap();
     assert!(
         text.lines()
             .any(|line| line.starts_with("tether_sessions ") && line.ends_with(" 1")),
@@ -109,13 +110,15 @@ async fn a_later_setter_replaces_an_earlier_one() {
         .auth(second)
         .node_id("a")
         .node_id("b")
+        // A configuration set after the node id does not undo it.
+        .config(ServerConfig::default())
         .build()
         .await
         .unwrap();
     assert_eq!(server.node_id(), "b");
     let base = serve(server.router()).await;
     let url = format!("{base}/mcp");
-    assert_eq!(initialize(&url, Some("first")).await.status(), 401);
-    assert_eq!(initialize(&url, Some("second")).await.status(), 200);
-    assert_eq!(initialize(&url, None).await.status(), 401);
+    assert_eq!(initialize(&url, Some("first")).await.status, 401);
+    assert_eq!(initialize(&url, Some("second")).await.status, 200);
+    assert_eq!(initialize(&url, None).await.status, 401);
 }
