@@ -15,12 +15,14 @@
 //! - [`sse_writer`]: the server's SSE writer decisions (priming, `retry`, polling closes,
 //!   keep-alives, completion), per connection.
 //! - [`logging`]: MCP's log levels.
+//! - [`modern`]: the 2026-07-28 era's envelope, request headers, era choice and error codes.
 
 pub mod backoff;
 pub mod headers;
 pub mod ids;
 pub mod jsonrpc;
 pub mod logging;
+pub mod modern;
 pub mod reconnect;
 pub mod sse_writer;
 pub mod version;

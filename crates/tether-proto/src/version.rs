@@ -5,6 +5,11 @@
 //! the predicates on it ([`ProtocolVersion::allows_batches`] and friends), never off string
 //! comparisons scattered through the server and client (docs/DESIGN.md#protocol-scope).
 //!
+//! Two eras share this enum: the *legacy* versions (2025-03-26 to 2025-11-25), which open a
+//! session with `initialize`, and the *modern* 2026-07-28, whose requests are stateless and
+//! carry their version in a `_meta` envelope ([`crate::modern`]). [`ProtocolVersion::is_modern`]
+//! tells them apart; `initialize` only ever negotiates a legacy version.
+//!
 //! Not here: where the negotiated version is stored (the session), the `initialize` message
 //! itself ([`crate::jsonrpc`]), and the 400 body built from [`UnsupportedVersion`] (the
 //! server's error mapping). 2024-11-05 is the older HTTP+SSE transport and is not served by
@@ -18,10 +23,7 @@ use serde::{Deserialize, Serialize};
 /// An MCP protocol version tether supports, ordered by date.
 ///
 /// Deliberately not `#[non_exhaustive]`: adding a version should break every exhaustive
-/// `match` in the workspace so that each one is reviewed. 2026-07-28 (stateless: no sessions,
-/// no GET stream, no `Last-Event-ID`) is not supported yet; when it is, it is added here, to
-/// [`ProtocolVersion::SUPPORTED`], and its differences go into the predicates below (most
-/// return `false` for it, and a `is_stateless` predicate will gate sessions and resumability).
+/// `match` in the workspace so that each one is reviewed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ProtocolVersion {
     /// 2025-03-26: first Streamable HTTP version; JSON-RPC batches allowed.
@@ -33,15 +35,31 @@ pub enum ProtocolVersion {
     /// 2025-11-25: priming events, server-initiated close ("polling"), 403 for bad `Origin`.
     #[serde(rename = "2025-11-25")]
     V2025_11_25,
+    /// 2026-07-28: stateless. No `initialize`, sessions, GET stream or `Last-Event-ID`; every
+    /// request carries the `_meta` envelope ([`crate::modern`]).
+    #[serde(rename = "2026-07-28")]
+    V2026_07_28,
 }
 
 impl ProtocolVersion {
-    /// Every supported version, oldest first; also the `data.supported` list of the 400 for an
-    /// unsupported `MCP-Protocol-Version` (docs/CONTRACTS.md#status-table).
-    pub const SUPPORTED: [Self; 3] = [Self::V2025_03_26, Self::V2025_06_18, Self::V2025_11_25];
+    /// Every supported version, oldest first, in both eras; also the `data.supported` list of
+    /// every "unsupported version" answer (docs/CONTRACTS.md#status-table) and the
+    /// `supportedVersions` of `server/discover`.
+    pub const SUPPORTED: [Self; 4] = [
+        Self::V2025_03_26,
+        Self::V2025_06_18,
+        Self::V2025_11_25,
+        Self::V2026_07_28,
+    ];
 
-    /// The newest supported version: what the server offers when the client's is unsupported.
-    pub const LATEST: Self = Self::V2025_11_25;
+    /// The versions `initialize` can negotiate (the legacy era), oldest first.
+    pub const LEGACY: [Self; 3] = [Self::V2025_03_26, Self::V2025_06_18, Self::V2025_11_25];
+
+    /// The newest legacy version: what `initialize` offers when the client's is unsupported.
+    pub const LATEST_LEGACY: Self = Self::V2025_11_25;
+
+    /// The modern era's version.
+    pub const MODERN: Self = Self::V2026_07_28;
 
     /// The version a request without `MCP-Protocol-Version` is assumed to speak when nothing
     /// else says (MCP 2025-06-18, "Protocol Version Header": "the server SHOULD assume protocol
@@ -55,12 +73,29 @@ impl ProtocolVersion {
             Self::V2025_03_26 => "2025-03-26",
             Self::V2025_06_18 => "2025-06-18",
             Self::V2025_11_25 => "2025-11-25",
+            Self::V2026_07_28 => "2026-07-28",
         }
+    }
+
+    /// Whether this is a modern-era version: stateless requests with the `_meta` envelope, no
+    /// sessions, no resumable streams.
+    #[must_use]
+    pub const fn is_modern(self) -> bool {
+        matches!(self, Self::V2026_07_28)
     }
 
     /// The supported version spelled exactly `value`, or [`UnsupportedVersion`].
     pub fn parse(value: &str) -> Result<Self, UnsupportedVersion> {
         Self::SUPPORTED
+            .into_iter()
+            .find(|v| v.as_str() == value)
+            .ok_or(UnsupportedVersion)
+    }
+
+    /// The legacy (session) version spelled exactly `value`: what `initialize` negotiates, a
+    /// session's `MCP-Protocol-Version` may name, and a legacy client accepts.
+    pub fn parse_legacy(value: &str) -> Result<Self, UnsupportedVersion> {
+        Self::LEGACY
             .into_iter()
             .find(|v| v.as_str() == value)
             .ok_or(UnsupportedVersion)
@@ -104,7 +139,18 @@ impl ProtocolVersion {
     /// (T52, see [`check_header`]).
     #[must_use]
     pub const fn requires_protocol_version_header(self) -> bool {
-        matches!(self, Self::V2025_06_18 | Self::V2025_11_25)
+        matches!(
+            self,
+            Self::V2025_06_18 | Self::V2025_11_25 | Self::V2026_07_28
+        )
+    }
+
+    /// Whether SSE events carry `id` fields a client can resume with. Not in the modern era:
+    /// "streams are not resumable", and a dual-era client must not be invited to send a
+    /// `Last-Event-ID` the server ignores.
+    #[must_use]
+    pub const fn sends_event_ids(self) -> bool {
+        !self.is_modern()
     }
 }
 
@@ -122,8 +168,8 @@ impl FromStr for ProtocolVersion {
     }
 }
 
-/// A version string tether does not support: malformed, too old (2024-11-05), or not yet
-/// supported (2026-07-28).
+/// A version string tether does not support: malformed, too old (2024-11-05), or newer than
+/// 2026-07-28.
 ///
 /// The server answers 400 with `data.supported` = [`ProtocolVersion::SUPPORTED`]
 /// (docs/CONTRACTS.md#status-table); the offending value is not kept, so it cannot be echoed back
@@ -145,10 +191,12 @@ impl UnsupportedVersion {
 ///
 /// MCP lifecycle (docs/PROTOCOL.md#initialize): the client's requested version if the server
 /// supports it, otherwise another version the server supports, which "SHOULD be its latest". A
-/// client that cannot speak the answer disconnects; that is its decision, not ours.
+/// client that cannot speak the answer disconnects; that is its decision, not ours. Only a
+/// legacy version can be negotiated: `initialize` does not exist in the modern era, so an
+/// `initialize` asking for 2026-07-28 gets the newest legacy version.
 #[must_use]
 pub fn negotiate(requested: &str) -> ProtocolVersion {
-    ProtocolVersion::parse(requested).unwrap_or(ProtocolVersion::LATEST)
+    ProtocolVersion::parse_legacy(requested).unwrap_or(ProtocolVersion::LATEST_LEGACY)
 }
 
 /// Checks a request's `MCP-Protocol-Version` header (docs/CONTRACTS.md#negotiated-version, T51,
@@ -156,10 +204,11 @@ pub fn negotiate(requested: &str) -> ProtocolVersion {
 ///
 /// - Missing: `Ok(None)`. It counts as 2025-03-26 only for deciding whether it is supported,
 ///   which it is, so the request proceeds under the session's version.
-/// - A supported version: `Ok(Some(v))`. If `v` differs from the session's negotiated
+/// - A supported legacy version: `Ok(Some(v))`. If `v` differs from the session's negotiated
 ///   version the request is still accepted, and *the session's version stays in force*
 ///   (priming, batches); `v` is for logging only.
-/// - Anything else (including an empty value): `Err`, which the server answers with 400.
+/// - Anything else (including an empty value, and 2026-07-28, which no session speaks): `Err`,
+///   which the server answers with 400.
 ///
 /// `header` is the field value; surrounding spaces and tabs are ignored, as RFC 9110 §5.5
 /// excludes them from a field value. On `initialize` the header is optional
@@ -167,6 +216,6 @@ pub fn negotiate(requested: &str) -> ProtocolVersion {
 pub fn check_header(header: Option<&str>) -> Result<Option<ProtocolVersion>, UnsupportedVersion> {
     match header {
         None => Ok(None),
-        Some(value) => ProtocolVersion::parse(value.trim_matches([' ', '\t'])).map(Some),
+        Some(value) => ProtocolVersion::parse_legacy(value.trim_matches([' ', '\t'])).map(Some),
     }
 }

@@ -313,10 +313,21 @@ fn response_kind_classifies_only_the_two_media_types() {
 fn versions_spell_order_and_parse() {
     assert_eq!(
         ProtocolVersion::SUPPORTED.map(ProtocolVersion::as_str),
-        ["2025-03-26", "2025-06-18", "2025-11-25"]
+        ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
     );
     assert!(ProtocolVersion::SUPPORTED.is_sorted());
-    assert_eq!(ProtocolVersion::LATEST, ProtocolVersion::V2025_11_25);
+    assert_eq!(
+        ProtocolVersion::LEGACY.map(ProtocolVersion::as_str),
+        ["2025-03-26", "2025-06-18", "2025-11-25"]
+    );
+    assert!(ProtocolVersion::LEGACY.iter().all(|v| !v.is_modern()));
+    assert!(ProtocolVersion::MODERN.is_modern());
+    assert!(ProtocolVersion::parse_legacy("2026-07-28").is_err());
+    assert_eq!(
+        ProtocolVersion::parse("2026-07-28"),
+        Ok(ProtocolVersion::V2026_07_28)
+    );
+    assert_eq!(ProtocolVersion::LATEST_LEGACY, ProtocolVersion::V2025_11_25);
     assert_eq!(
         ProtocolVersion::ASSUMED_WITHOUT_HEADER,
         ProtocolVersion::V2025_03_26
@@ -332,7 +343,7 @@ fn versions_spell_order_and_parse() {
     }
     for bad in [
         "2024-11-05",
-        "2026-07-28",
+        "2026-07-29",
         "",
         "2025-6-18",
         "2025-06-18 ",
@@ -351,7 +362,7 @@ fn version_header_missing_is_accepted() {
 
 #[test]
 fn version_header_supported_is_accepted() {
-    for v in ProtocolVersion::SUPPORTED {
+    for v in ProtocolVersion::LEGACY {
         assert_eq!(check_header(Some(v.as_str())), Ok(Some(v)));
     }
     // Field values arrive without OWS, but tolerate it if an HTTP layer left it.
@@ -371,7 +382,8 @@ fn version_header_different_from_session_is_accepted_and_session_version_stays()
     assert!(session.sends_priming_events());
 }
 
-/// T51: unsupported or invalid → 400 listing the supported versions.
+/// T51: unsupported or invalid → 400 listing the supported versions (all four: 2026-07-28 is
+/// served, but not inside a session).
 #[test]
 fn version_header_unsupported_is_rejected_with_supported_list() {
     for bad in [
@@ -390,17 +402,21 @@ fn version_header_unsupported_is_rejected_with_supported_list() {
     let data = serde_json::json!({ "supported": err.supported() });
     assert_eq!(
         data,
-        serde_json::json!({ "supported": ["2025-03-26", "2025-06-18", "2025-11-25"] })
+        serde_json::json!({ "supported": ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"] })
     );
 }
 
 #[test]
 fn negotiate_keeps_a_supported_request_and_otherwise_offers_latest() {
-    for v in ProtocolVersion::SUPPORTED {
+    for v in ProtocolVersion::LEGACY {
         assert_eq!(negotiate(v.as_str()), v);
     }
     for other in ["2024-11-05", "2026-07-28", "", "nonsense"] {
-        assert_eq!(negotiate(other), ProtocolVersion::LATEST, "{other:?}");
+        assert_eq!(
+            negotiate(other),
+            ProtocolVersion::LATEST_LEGACY,
+            "{other:?}"
+        );
     }
     assert_eq!(
         version::negotiate("2025-06-18"),

@@ -64,7 +64,7 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Connection setup ([`DEFAULT_CONNECT_TIMEOUT`]).
     pub connect_timeout: Duration,
-    /// The version asked for in `initialize` ([`ProtocolVersion::LATEST`]).
+    /// The version asked for in `initialize` ([`ProtocolVersion::LATEST_LEGACY`]).
     pub protocol_version: ProtocolVersion,
     /// `clientInfo.name` (default `tether`).
     pub client_name: String,
@@ -105,7 +105,7 @@ impl Default for ClientConfig {
             reconnect: ReconnectConfig::default(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            protocol_version: ProtocolVersion::LATEST,
+            protocol_version: ProtocolVersion::LATEST_LEGACY,
             client_name: "tether".to_owned(),
             client_version: env!("CARGO_PKG_VERSION").to_owned(),
             capabilities: json!({}),

@@ -232,9 +232,10 @@ impl Inner {
             .get("protocolVersion")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let version = ProtocolVersion::parse(offered).map_err(|_| Error::UnsupportedVersion {
-            offered: offered.to_owned(),
-        })?;
+        let version =
+            ProtocolVersion::parse_legacy(offered).map_err(|_| Error::UnsupportedVersion {
+                offered: offered.to_owned(),
+            })?;
         self.transport.update_session(|s| {
             s.id = session_id;
             s.version = Some(version);
@@ -309,7 +310,9 @@ pub(super) fn version_error(data: Option<&Value>) -> Option<Error> {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    let speaks_one = supported.iter().any(|v| ProtocolVersion::parse(v).is_ok());
+    let speaks_one = supported
+        .iter()
+        .any(|v| ProtocolVersion::parse_legacy(v).is_ok());
     (!supported.is_empty() && !speaks_one).then(|| Error::UnsupportedVersion {
         offered: supported.join(", "),
     })

@@ -1084,7 +1084,7 @@ pub async fn usage_counts_streams_events_and_bytes<E: AsyncFn(Caps) -> Arc<dyn E
 fn record(principal: &str) -> SessionRecord {
     SessionRecord {
         id: SessionId::generate(),
-        version: ProtocolVersion::LATEST,
+        version: ProtocolVersion::LATEST_LEGACY,
         principal: Arc::from(principal),
         standalone: StreamId::generate(),
     }
@@ -1185,7 +1185,7 @@ pub async fn reopen_loses_nothing_acknowledged<O: AsyncFn() -> Stores>(open: &O)
     let owner = fresh_owner();
     let record = SessionRecord {
         id: owner.session.clone(),
-        version: ProtocolVersion::LATEST,
+        version: ProtocolVersion::LATEST_LEGACY,
         principal: Arc::clone(&owner.principal),
         standalone: StreamId::generate(),
     };
@@ -1355,7 +1355,7 @@ pub async fn reopen_keeps_removals<O: AsyncFn() -> Stores>(open: &O) {
     let owner = fresh_owner();
     let record = SessionRecord {
         id: owner.session.clone(),
-        version: ProtocolVersion::LATEST,
+        version: ProtocolVersion::LATEST_LEGACY,
         principal: Arc::clone(&owner.principal),
         standalone: StreamId::generate(),
     };

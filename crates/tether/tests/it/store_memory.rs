@@ -449,7 +449,7 @@ async fn idle_sessions_expire_on_tokio_time() {
     let idle = Duration::from_secs(1800);
     let record = SessionRecord {
         id: SessionId::generate(),
-        version: ProtocolVersion::LATEST,
+        version: ProtocolVersion::LATEST_LEGACY,
         principal: Arc::from("default"),
         standalone: StreamId::generate(),
     };
