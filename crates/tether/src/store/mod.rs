@@ -399,4 +399,24 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn count(&self) -> Result<usize, StoreError>;
     /// Live sessions of `principal` (for the per-principal session limit).
     async fn count_for(&self, principal: &str) -> Result<usize, StoreError>;
+
+    /// The server's sealing key: 32 random bytes made once and then kept by the store, so
+    /// that every node sharing it, and the same node after a restart, seals and opens the
+    /// 2026-07-28 era's `requestState` with the same key (`server::mrtr`). By default a key
+    /// made once per process: right for a store that lives in one process, wrong for a shared
+    /// or durable one, which overrides this.
+    async fn sealing_key(&self) -> Result<[u8; 32], StoreError> {
+        Ok(*process_sealing_key())
+    }
+}
+
+/// The key [`SessionStore::sealing_key`] defaults to: random, made on first use, the same for
+/// the rest of the process.
+fn process_sealing_key() -> &'static [u8; 32] {
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        let mut key = [0; 32];
+        getrandom::fill(&mut key).expect("the operating system's CSPRNG is available");
+        key
+    })
 }

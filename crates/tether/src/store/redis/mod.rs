@@ -1334,4 +1334,21 @@ impl SessionStore for RedisSessionStore {
             .await?;
         Ok(count)
     }
+
+    /// One key for every node: the first node to ask makes it (`SET NX`), every node reads
+    /// the one that won.
+    async fn sealing_key(&self) -> Result<[u8; 32], StoreError> {
+        let inner = &*self.inner;
+        let key = format!("{}sealing_key", inner.config.key_prefix);
+        let mut fresh = [0u8; 32];
+        getrandom::fill(&mut fresh).expect("the operating system's CSPRNG is available");
+        // `OK` when this node made it, nil when another one had.
+        let _made: Option<String> = inner
+            .query(redis::cmd("SET").arg(&key).arg(&fresh[..]).arg("NX"))
+            .await?;
+        let stored: Vec<u8> = inner.query(redis::cmd("GET").arg(&key)).await?;
+        stored
+            .try_into()
+            .map_err(|_| unavailable_because("the stored sealing key is not 32 bytes".to_owned()))
+    }
 }

@@ -195,6 +195,7 @@ pub fn open(
     };
     let lock = lock_store(&config.path)?;
     let conn = open_writer(&config).map_err(fail)?;
+    let sealing_key = schema::sealing_key(&conn).map_err(fail)?;
     let shared = Arc::new(Shared {
         progress: Mutex::default(),
         records: Mutex::default(),
@@ -217,6 +218,7 @@ pub fn open(
         shared,
         orphans: Mutex::new(orphans),
         pipeline: Pipeline::default(),
+        sealing_key,
         _lock: lock,
     });
     Ok((
@@ -280,6 +282,8 @@ struct Inner {
     orphans: Mutex<Vec<OrphanedStream>>,
     /// The append pipelines of the streams created since the store opened.
     pipeline: Pipeline,
+    /// The file's sealing key ([`SessionStore::sealing_key`]), read when it opened.
+    sealing_key: [u8; 32],
     /// Held while the store is open (dropped after the writer thread is joined).
     _lock: std::fs::File,
 }
@@ -639,6 +643,11 @@ impl SessionStore for SqliteSessionStore {
             .values()
             .filter(|record| &*record.principal == principal)
             .count())
+    }
+
+    /// Made when the file was created and kept in it: the same after every restart.
+    async fn sealing_key(&self) -> Result<[u8; 32], StoreError> {
+        Ok(self.inner.sealing_key)
     }
 }
 

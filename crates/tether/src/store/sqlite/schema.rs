@@ -120,6 +120,30 @@ pub(super) fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connec
     Ok(conn)
 }
 
+/// The file's sealing key: made by the first open (SQLite's own CSPRNG, `randomblob`) and read
+/// by every later one.
+pub(super) fn sealing_key(conn: &Connection) -> rusqlite::Result<[u8; 32]> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS secrets (
+             name TEXT PRIMARY KEY NOT NULL,
+             value BLOB NOT NULL
+         );
+         INSERT OR IGNORE INTO secrets (name, value) VALUES ('sealing_key', randomblob(32));",
+    )?;
+    let value: Vec<u8> = conn.query_row(
+        "SELECT value FROM secrets WHERE name = 'sealing_key'",
+        [],
+        |row| row.get(0),
+    )?;
+    value.try_into().map_err(|value: Vec<u8>| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Blob,
+            format!("sealing key of {} bytes, not 32", value.len()).into(),
+        )
+    })
+}
+
 /// Converts a file written before chunks: each row of its `events(stream, seq, frame)`
 /// table becomes a chunk of one event, in the order they were appended, and the table goes.
 /// One transaction: a crash leaves the file as it was, converted at the next open.
