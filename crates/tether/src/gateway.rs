@@ -181,6 +181,14 @@ impl Handler for StdioGateway {
         request: Request,
         context: RequestContext,
     ) -> Result<Value, ErrorObject> {
+        if context.era() == crate::server::Era::Modern {
+            // A child speaks the legacy handshake; serving it to 2026-07-28 clients (one child
+            // per principal, its requests mapped to input_required) is not built yet.
+            return Err(gateway_error(
+                "this gateway serves its stdio server to 2025 sessions only: open one with \
+                 initialize",
+            ));
+        }
         let session = context.session().session_id().clone();
         let Some(child) = self.child(&session) else {
             return Err(gateway_error("this session's stdio server is not running"));

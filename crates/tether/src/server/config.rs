@@ -21,6 +21,11 @@ pub const METRICS_PATH: &str = "/metrics";
 /// the first backoff step of tether's client, so both agree.
 pub const DEFAULT_RETRY: Duration = Duration::from_millis(1000);
 
+/// Default life of a 2026-07-28 `requestState` ([`ServerConfig::request_state_ttl`]): ten
+/// minutes, time for a person to answer an elicitation, short enough that a leaked state is
+/// soon useless.
+pub const DEFAULT_REQUEST_STATE_TTL: Duration = Duration::from_secs(600);
+
 /// Default interval of keep-alive comments on a quiet stream (docs/CONTRACTS.md#keep-alive: 15 s):
 /// below the 30–60 s idle timeouts of common proxies and load balancers, and frequent enough for a
 /// client's half-open detection (60 s by default) to never fire on a healthy connection.
@@ -153,6 +158,10 @@ pub struct ServerConfig {
     /// expected to reconnect to a POST stream closed before its response. Use it to bound
     /// how long a connection holds a proxy slot or a load balancer's affinity.
     pub poll_after: Option<Duration>,
+    /// How long a 2026-07-28 `requestState` stays valid after it is sealed
+    /// ([`DEFAULT_REQUEST_STATE_TTL`]): the client's time to answer the questions of an
+    /// `input_required` result. Older state is refused like tampered state.
+    pub request_state_ttl: Duration,
 }
 
 impl Default for ServerConfig {
@@ -175,6 +184,7 @@ impl Default for ServerConfig {
             node_id: String::new(),
             get_streams: true,
             poll_after: None,
+            request_state_ttl: DEFAULT_REQUEST_STATE_TTL,
         }
     }
 }

@@ -25,7 +25,11 @@ use tether_proto::logging::LogLevel;
 use tether_proto::version::ProtocolVersion;
 use tokio_util::sync::CancellationToken;
 
+use tether_proto::modern::{Envelope, Era};
+
+use super::mrtr::{AskError, Asked, InputRounds};
 use super::session::SessionRuntime;
+use super::subscriptions::Subscriptions;
 use crate::store::StoreError;
 
 /// The method of log message notifications (MCP `logging`).
@@ -48,6 +52,15 @@ pub enum ContextError {
     /// its stream is complete).
     #[error("event store: {0}")]
     Store(#[from] StoreError),
+    /// The client did not declare the capability this question needs (2026-07-28: the
+    /// server must not ask it). The handler answers without it, or fails the request with
+    /// [`tether_proto::modern::missing_capability`].
+    #[error("the client did not declare the `{0}` capability")]
+    MissingCapability(String),
+    /// The client's answer under this key does not answer the question asked (2026-07-28);
+    /// the request is answered -32602 whatever the handler returns.
+    #[error("the answer `{0}` does not fit its question")]
+    InvalidAnswer(String),
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -170,6 +183,9 @@ pub struct RequestContext {
 
 struct RequestInner {
     session: SessionContext,
+    /// The 2026-07-28 request's envelope and questions; `None` in a legacy session.
+    modern: Option<Arc<ModernRequest>>,
+    subscriptions: Arc<Subscriptions>,
     request_id: RequestId,
     progress_token: Option<ProgressToken>,
     /// The start of every progress message of this request, from its token
@@ -192,16 +208,29 @@ impl fmt::Debug for RequestContext {
     }
 }
 
+/// What a 2026-07-28 request carries beyond its JSON-RPC fields.
+#[derive(Debug)]
+pub(crate) struct ModernRequest {
+    pub(crate) envelope: Envelope,
+    pub(crate) rounds: InputRounds,
+    /// The request's identity across its rounds (`mrtr::request_digest`).
+    pub(crate) digest: String,
+}
+
 impl RequestContext {
     pub(crate) fn new(
         runtime: Arc<SessionRuntime>,
         request: &Request,
         stream: StreamId,
         cancel: CancellationToken,
+        modern: Option<Arc<ModernRequest>>,
+        subscriptions: Arc<Subscriptions>,
     ) -> Self {
         Self {
             inner: Arc::new(RequestInner {
                 session: SessionContext::new(runtime),
+                modern,
+                subscriptions,
                 request_id: request.id.clone(),
                 progress_token: request.progress_token(),
                 progress_prefix: request.progress_token().as_ref().map(progress_prefix),
@@ -223,10 +252,61 @@ impl RequestContext {
         self.inner.progress_token.as_ref()
     }
 
-    /// The session the request belongs to.
+    /// The session the request belongs to. A 2026-07-28 request has no session: its
+    /// context is one made for the request alone, which ends with it.
     #[must_use]
     pub fn session(&self) -> &SessionContext {
         &self.inner.session
+    }
+
+    /// The era the request is in: a legacy session's, or a stateless 2026-07-28 request.
+    #[must_use]
+    pub fn era(&self) -> Era {
+        if self.inner.modern.is_some() {
+            Era::Modern
+        } else {
+            Era::Legacy
+        }
+    }
+
+    /// Whether the client declared `capability` (`"elicitation"`, `"sampling"`, `"roots"`,
+    /// …) for this request. In the 2026-07-28 era, from the request's own envelope (a server
+    /// "MUST NOT infer capabilities from prior requests"); in a legacy session the transport
+    /// does not keep the `initialize` capabilities, so this is `true` and the client answers a
+    /// question it cannot handle with an error.
+    #[must_use]
+    pub fn client_declares(&self, capability: &str) -> bool {
+        self.inner
+            .modern
+            .as_ref()
+            .is_none_or(|modern| modern.envelope.declares(capability))
+    }
+
+    /// The 2026-07-28 request's `clientInfo`, if it sent one.
+    #[must_use]
+    pub fn client_info(&self) -> Option<&Value> {
+        self.inner.modern.as_ref()?.envelope.client_info.as_ref()
+    }
+
+    /// Sends a change every listening client may want (`notifications/tools/list_changed`,
+    /// `notifications/prompts/list_changed`, `notifications/resources/list_changed`,
+    /// `notifications/resources/updated`): to the `subscriptions/listen` streams on this
+    /// node whose filter asks for it, tagged with each one's subscription id, and in a legacy
+    /// session also on the session's standalone stream. It never waits for a slow listener.
+    ///
+    /// # Errors
+    ///
+    /// As for [`SessionContext::notify`], for the legacy session's own stream.
+    pub async fn notify_subscribers(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<(), ContextError> {
+        self.inner.subscriptions.publish(method, &params);
+        if self.inner.modern.is_some() {
+            return Ok(());
+        }
+        self.session().notify(method, params).await
     }
 
     /// Sends `notifications/progress` with the request's progress token. Without a token (the
@@ -261,7 +341,9 @@ impl RequestContext {
     }
 
     /// Sends a log message (`notifications/message`) related to this request, if `level` is at
-    /// least the session's log level (set by `logging/setLevel`); otherwise does nothing.
+    /// least the session's log level (set by `logging/setLevel`); otherwise does nothing. A
+    /// 2026-07-28 request gets log messages only at or above the `logLevel` of its envelope,
+    /// and none without one.
     ///
     /// # Errors
     ///
@@ -272,7 +354,11 @@ impl RequestContext {
         logger: Option<&str>,
         data: Value,
     ) -> Result<(), ContextError> {
-        if level < self.session().log_level() {
+        let minimum = match &self.inner.modern {
+            Some(modern) => modern.envelope.log_level,
+            None => Some(self.session().log_level()),
+        };
+        if minimum.is_none_or(|minimum| level < minimum) {
             return Ok(());
         }
         self.notify(LOG_NOTIFICATION, log_params(level, logger, data))
@@ -287,7 +373,14 @@ impl RequestContext {
     /// [`ContextError::Remote`] with the client's error response; [`ContextError::Cancelled`]
     /// if this request is cancelled while waiting; [`ContextError::SessionClosed`] if the
     /// session ends; [`ContextError::Store`] if the request could not be stored.
+    ///
+    /// In the 2026-07-28 era this is [`ask`](Self::ask) under a key made from the method and
+    /// the order of the question.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, ContextError> {
+        if let Some(modern) = &self.inner.modern {
+            let key = modern.rounds.next_key(method);
+            return self.ask(&key, method, params).await;
+        }
         round_trip(
             &self.inner.session.runtime,
             self.inner.stream,
@@ -296,6 +389,76 @@ impl RequestContext {
             params,
         )
         .await
+    }
+
+    /// Asks the client one question (`elicitation/create`, `sampling/createMessage`,
+    /// `roots/list`) under `key`, and returns its answer; [`ask_all`](Self::ask_all) with one
+    /// question.
+    ///
+    /// # Errors
+    ///
+    /// As for [`ask_all`](Self::ask_all).
+    pub async fn ask(&self, key: &str, method: &str, params: Value) -> Result<Value, ContextError> {
+        let mut answers = self
+            .ask_all(vec![(key.to_owned(), method.to_owned(), params)])
+            .await?;
+        Ok(answers.pop().expect("one answer per question"))
+    }
+
+    /// Asks the client several questions at once, each `(key, method, params)`, and returns
+    /// their answers in the same order. The handler is written once for both eras:
+    ///
+    /// - in a legacy session each question is a server→client request on this request's
+    ///   stream, sent together and awaited together (keys are not sent);
+    /// - in the 2026-07-28 era (SEP-2322) a question the client already answered (its
+    ///   `inputResponses`, or an earlier round's answers sealed in `requestState`) returns at
+    ///   once; otherwise the request ends here with an `input_required` result listing every
+    ///   unanswered question under its key, and the client's retry runs the handler again
+    ///   from the start. A handler must therefore be safe to re-run up to its questions, and
+    ///   should ask what it can ask together in one call, so the client gets one round for
+    ///   them. Keys must be unique within the request and the same in every run.
+    ///
+    /// # Errors
+    ///
+    /// [`ContextError::MissingCapability`] when the 2026-07-28 client did not declare what a
+    /// question needs (`elicitation`, `sampling`, `roots`); [`ContextError::InvalidAnswer`]
+    /// when its answer does not fit; [`ContextError::Cancelled`] once the request ends for
+    /// its questions (its outcome is discarded); otherwise as for [`request`](Self::request).
+    pub async fn ask_all(
+        &self,
+        questions: Vec<(String, String, Value)>,
+    ) -> Result<Vec<Value>, ContextError> {
+        let Some(modern) = &self.inner.modern else {
+            let asks = questions.into_iter().map(|(_, method, params)| async move {
+                round_trip(
+                    &self.inner.session.runtime,
+                    self.inner.stream,
+                    Some(&self.inner.cancel),
+                    &method,
+                    params,
+                )
+                .await
+            });
+            return futures_util::future::try_join_all(asks).await;
+        };
+        let mut answers = Vec::with_capacity(questions.len());
+        let mut pending = false;
+        for (key, method, params) in &questions {
+            match modern.rounds.ask(key, method, params) {
+                Ok(Asked::Answered(answer)) => answers.push(answer),
+                Ok(Asked::Pending) => pending = true,
+                Err(AskError::MissingCapability(capability)) => {
+                    return Err(ContextError::MissingCapability(capability.to_owned()));
+                }
+                Err(AskError::InvalidAnswer(key)) => return Err(ContextError::InvalidAnswer(key)),
+            }
+        }
+        if !pending {
+            return Ok(answers);
+        }
+        modern.rounds.interrupt();
+        self.inner.cancel.cancelled().await;
+        Err(ContextError::Cancelled)
     }
 
     /// Closes the HTTP connection that currently carries this request's SSE stream, without
@@ -325,7 +488,8 @@ impl RequestContext {
     }
 
     /// Whether the request was cancelled (by `notifications/cancelled`, or because the
-    /// session ended). A client disconnect is *not* cancellation (T15).
+    /// session ended). In a legacy session a client disconnect is *not* cancellation (T15);
+    /// in the 2026-07-28 era it is.
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancel.is_cancelled()

@@ -36,8 +36,9 @@ use tether_proto::jsonrpc::{
 use tokio::task::JoinSet;
 use tracing::Instrument as _;
 
-use super::context::{RequestContext, SessionContext};
+use super::context::{ModernRequest, RequestContext, SessionContext};
 use super::error::ServerError;
+use super::mrtr::Interrupt;
 use super::session::{InFlightSlot, SessionRuntime};
 use super::state::ServerState;
 use crate::store::{StoreError, StreamKind};
@@ -466,45 +467,101 @@ async fn run(
                 "request id already in flight in this session",
             ),
         )),
-        Slot::Handler(slot) => {
-            let span = tracing::info_span!("request", request = %id, method = %request.method);
-            let token = slot.token().clone();
-            let context =
-                RequestContext::new(Arc::clone(&runtime), &request, related, token.clone());
-            let handler = Arc::clone(&state.handler);
-            let mut task = tokio::spawn(
-                async move { handler.handle_request(request, context).await }.instrument(span),
-            );
-            let outcome = tokio::select! {
-                // Cancellation wins a tie: a cancelled request gets no response.
-                biased;
-                () = token.cancelled() => None,
-                joined = &mut task => Some(joined),
-            };
-            drop(slot);
-            match outcome {
-                None => {
-                    tracing::debug!(request = %id, "request cancelled: no response");
-                    tokio::spawn(async move {
-                        if tokio::time::timeout(CANCEL_GRACE, &mut task).await.is_err() {
-                            tracing::debug!(request = %id, "cancelled handler aborted");
-                            task.abort();
-                        }
-                    });
-                    None
-                }
-                Some(Ok(result)) => Some(match result {
-                    Ok(value) => RpcResponse::success(id, value),
-                    Err(error) => RpcResponse::error(Some(id), error),
-                }),
-                Some(Err(error)) => {
-                    tracing::error!(request = %id, %error, "handler failed");
-                    Some(RpcResponse::error(
-                        Some(id),
-                        ErrorObject::new(INTERNAL_ERROR, "internal error"),
-                    ))
-                }
+        Slot::Handler(slot) => run_handler(&state, &runtime, request, slot, related, None).await,
+    }
+}
+
+/// Runs the handler for `request` to its final response; `None` when it was cancelled (no
+/// response is sent, MCP cancellation). Related messages go to `related`. A 2026-07-28
+/// request (`modern`) may also end early for its questions (SEP-2322,
+/// [`super::mrtr`]): its answer is then the `input_required` result.
+pub(crate) async fn run_handler(
+    state: &Arc<ServerState>,
+    runtime: &Arc<SessionRuntime>,
+    request: Request,
+    slot: InFlightSlot,
+    related: StreamId,
+    modern: Option<Arc<ModernRequest>>,
+) -> Option<RpcResponse> {
+    let id = request.id.clone();
+    let span = tracing::info_span!("request", request = %id, method = %request.method);
+    let token = slot.token().clone();
+    let context = RequestContext::new(
+        Arc::clone(runtime),
+        &request,
+        related,
+        token.clone(),
+        modern.clone(),
+        Arc::clone(&state.subscriptions),
+    );
+    let handler = Arc::clone(&state.handler);
+    let mut task = tokio::spawn(
+        async move { handler.handle_request(request, context).await }.instrument(span),
+    );
+    let interrupted = async {
+        match &modern {
+            Some(modern) => modern.rounds.interrupted().await,
+            None => std::future::pending().await,
+        }
+    };
+    let outcome = tokio::select! {
+        // Cancellation wins a tie: a cancelled request gets no response.
+        biased;
+        () = token.cancelled() => None,
+        () = interrupted => Some(Err(())),
+        joined = &mut task => Some(Ok(joined)),
+    };
+    if !matches!(outcome, Some(Ok(_))) {
+        // The handler's outcome no longer matters: stop it (an interrupted one waits in a
+        // question that this run will never see answered).
+        token.cancel();
+    }
+    drop(slot);
+    let finish_in_background = |mut task: tokio::task::JoinHandle<_>, id: RequestId| {
+        tokio::spawn(async move {
+            if tokio::time::timeout(CANCEL_GRACE, &mut task).await.is_err() {
+                tracing::debug!(request = %id, "cancelled handler aborted");
+                task.abort();
             }
+        });
+    };
+    match outcome {
+        None => {
+            tracing::debug!(request = %id, "request cancelled: no response");
+            finish_in_background(task, id);
+            None
+        }
+        Some(Err(())) => {
+            finish_in_background(task, id.clone());
+            let modern = modern.expect("only a modern request is interrupted");
+            Some(match modern.rounds.interrupt_outcome() {
+                Interrupt::InputRequired { questions, answers } => RpcResponse::success(
+                    id,
+                    state.sealer.input_required(
+                        questions,
+                        answers,
+                        &runtime.owner().principal,
+                        &modern.digest,
+                    ),
+                ),
+                Interrupt::InvalidAnswer(key) => RpcResponse::error(
+                    Some(id),
+                    ErrorObject::invalid_params(format!(
+                        "inputResponses[{key}] does not answer the question asked"
+                    )),
+                ),
+            })
+        }
+        Some(Ok(Ok(result))) => Some(match result {
+            Ok(value) => RpcResponse::success(id, value),
+            Err(error) => RpcResponse::error(Some(id), error),
+        }),
+        Some(Ok(Err(error))) => {
+            tracing::error!(request = %id, %error, "handler failed");
+            Some(RpcResponse::error(
+                Some(id),
+                ErrorObject::new(INTERNAL_ERROR, "internal error"),
+            ))
         }
     }
 }
@@ -533,6 +590,7 @@ mod tests {
             HeaderValue::from_static("test"),
             None,
             None,
+            &[0; 32],
         ));
         let runtime = state
             .create_session(ProtocolVersion::V2025_11_25, Arc::from("alice"))

@@ -1,8 +1,11 @@
 //! The HTTP endpoint: every axum handler of the server — POST, GET and DELETE on the MCP
 //! path, `GET /healthz`, `GET /metrics` — and the layer that counts answers.
 //!
-//! This module owns request validation, in a fixed order so that one request always gets the
-//! same answer: `Host`/`Origin` (403) first on every method, then authentication (401, see
+//! A POST of the 2026-07-28 era (its body carries the `_meta` envelope, or its
+//! `MCP-Protocol-Version` is modern) goes to [`super::modern`] once the checks every POST shares
+//! (host, origin, authentication, content type, body size) have passed; a GET or DELETE of that
+//! era is 405. For the legacy era, this module owns request validation, in a fixed order so
+//! that one request always gets the same answer: `Host`/`Origin` (403) first on every method, then authentication (401, see
 //! [`super::auth`]); then for POST `Content-Type`
 //! (415), body size (413), `MCP-Protocol-Version` (400), the session (400/404), the body
 //! (400, parsed with the *session's* batching rule) and `Accept` (406, only when the answer
@@ -47,6 +50,7 @@ use tether_proto::ids::{EventId, SessionId};
 use tether_proto::jsonrpc::{
     Batching, Body as RpcBody, Message, Request as RpcRequest, Response as RpcResponse, parse_body,
 };
+use tether_proto::modern::{Era, MCP_METHOD, MCP_NAME, RequestHeaders, era_of};
 use tether_proto::version::{ProtocolVersion, check_header, negotiate};
 
 use super::context::SessionContext;
@@ -54,6 +58,7 @@ use super::dispatch::{self, Recipient};
 use super::error::{ResumeRefusal, ServerError};
 use super::handoff;
 use super::metrics::{OPENMETRICS, ResponseLabels, ResumeOutcome};
+use super::modern::{self, ModernPost};
 use super::origin::{host_allowed, origin_allowed};
 use super::reply::{self, json_response};
 use super::session::SessionRuntime;
@@ -208,8 +213,22 @@ pub(crate) async fn post(
         config.body_read_timeout,
     )
     .await?;
-    let version_header = check_protocol_version(&parts.headers);
     let accept = accept_value(&parts.headers);
+    if let Some(message) = modern_message(&parts.headers, &bytes)? {
+        let headers = RequestHeaders {
+            protocol_version: header_str(&parts.headers, MCP_PROTOCOL_VERSION),
+            method: header_str(&parts.headers, MCP_METHOD),
+            name: header_str(&parts.headers, MCP_NAME),
+        };
+        let post = ModernPost {
+            principal,
+            message,
+            headers,
+            accept: accept.as_deref(),
+        };
+        return modern::post(&state, post).await;
+    }
+    let version_header = check_protocol_version(&parts.headers);
 
     if !parts.headers.contains_key(MCP_SESSION_ID) {
         // Without a session only `initialize` is possible, and it is never batched.
@@ -276,6 +295,61 @@ pub(crate) async fn post(
         }
         (None, None) => unreachable!("a session runs here or on another node"),
     }
+}
+
+/// The message of a 2026-07-28 POST, or `None` for a legacy one (docs/CONTRACTS.md#planned-eras):
+/// modern when the body carries the `_meta` envelope, whatever other headers it has, or when
+/// `MCP-Protocol-Version` names the modern version on a POST without a session. A legacy body is not parsed here unless it
+/// mentions an envelope key, so the 2025 path pays nothing for the check.
+fn modern_message(headers: &HeaderMap, bytes: &[u8]) -> Result<Option<Message>, ServerError> {
+    let header = header_str(headers, MCP_PROTOCOL_VERSION);
+    let has_session = headers.contains_key(MCP_SESSION_ID);
+    let modern_header = !has_session
+        && header
+            .and_then(|v| ProtocolVersion::parse(v.trim_matches([' ', '\t'])).ok())
+            .is_some_and(ProtocolVersion::is_modern);
+    if !modern_header && memchr::memmem::find(bytes, b"io.modelcontextprotocol/").is_none() {
+        return Ok(None);
+    }
+    let body = match parse_body(bytes, Batching::Allowed) {
+        Ok(body) => body,
+        // Unparseable: the modern rules answer it when the header says modern, else the
+        // legacy path gives its usual 400.
+        Err(error) if modern_header => return Err(error.into()),
+        Err(_) => return Ok(None),
+    };
+    let message = match body {
+        RpcBody::Single(message) => message,
+        RpcBody::Batch(_) if modern_header => {
+            return Err(ServerError::modern(
+                None,
+                StatusCode::BAD_REQUEST,
+                tether_proto::jsonrpc::ErrorObject::new(
+                    tether_proto::jsonrpc::INVALID_REQUEST,
+                    "the 2026-07-28 era has no batches",
+                ),
+            ));
+        }
+        RpcBody::Batch(_) => return Ok(None),
+    };
+    let params = match &message {
+        Message::Request(request) => request.params.as_ref(),
+        Message::Notification(notification) => notification.params.as_ref(),
+        Message::Response(_) => None,
+    };
+    Ok((era_of(params, header, has_session) == Era::Modern).then_some(message))
+}
+
+/// 405 for a GET or DELETE of the 2026-07-28 era, which has neither: the modern version
+/// header and no session.
+fn refuse_modern_get_or_delete(headers: &HeaderMap) -> Result<(), ServerError> {
+    let modern = header_str(headers, MCP_PROTOCOL_VERSION)
+        .and_then(|v| ProtocolVersion::parse(v.trim_matches([' ', '\t'])).ok())
+        .is_some_and(ProtocolVersion::is_modern);
+    if modern && !headers.contains_key(MCP_SESSION_ID) {
+        return Err(ServerError::ModernMethodNotAllowed);
+    }
+    Ok(())
 }
 
 /// `initialize`: negotiates the version, creates the session and answers with
@@ -356,6 +430,7 @@ pub(crate) async fn get(
     let (parts, _body) = request.into_parts();
     check_host_origin(&state, &parts)?;
     let principal = state.principal(&parts)?;
+    refuse_modern_get_or_delete(&parts.headers)?;
     if !state.config.get_streams {
         return Err(ServerError::GetDisabled);
     }
@@ -461,6 +536,7 @@ pub(crate) async fn delete(
     let (parts, _body) = request.into_parts();
     check_host_origin(&state, &parts)?;
     let principal = state.principal(&parts)?;
+    refuse_modern_get_or_delete(&parts.headers)?;
     check_protocol_version(&parts.headers)?;
     let record = session_record(&state, &parts.headers, &principal).await?;
     let id = match state.home(&record).await? {

@@ -1,7 +1,8 @@
 //! Every way the endpoint refuses a request, and its HTTP answer, in one place.
 //!
-//! Each [`ServerError`] knows its status, its JSON-RPC error body (always with `"id": null`:
-//! a transport-level refusal answers no particular request) and any extra headers
+//! Each [`ServerError`] knows its status, its JSON-RPC error body (with `"id": null`: a
+//! transport-level refusal answers no particular request; a refused 2026-07-28 request's own
+//! id, which that era requires) and any extra headers
 //! (`Retry-After`, `Allow`, `WWW-Authenticate`), and turns itself into a response through
 //! axum's [`IntoResponse`]. The endpoint's handlers return `Result<_, ServerError>` and never
 //! build an error body themselves, so no path can forget the body or the status
@@ -14,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 use tether_proto::jsonrpc::{self, ErrorObject, ParseError};
-use tether_proto::version::ProtocolVersion;
 
 use crate::store::StoreError;
 use crate::store::relay::HandoffAnswer;
@@ -142,9 +142,36 @@ pub enum ServerError {
     /// The event or session store failed: 503 when it is unavailable, 500 otherwise.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// A 2026-07-28 request refused before it ran (its envelope, headers, version, method,
+    /// answers): the status and error the modern era pins, answered with the request's id.
+    #[error("{}", .0.error.message)]
+    Modern(Box<ModernRefusal>),
+    /// GET or DELETE in the 2026-07-28 era, which has neither: 405 with `Allow: POST`.
+    #[error("the 2026-07-28 era serves POST only")]
+    ModernMethodNotAllowed,
+}
+
+/// A refused 2026-07-28 request ([`ServerError::Modern`]).
+#[derive(Debug)]
+pub struct ModernRefusal {
+    /// The request's id, echoed in the error (`None` when it could not be read).
+    pub id: Option<tether_proto::jsonrpc::RequestId>,
+    /// 400 or 404.
+    pub status: StatusCode,
+    /// The JSON-RPC error.
+    pub error: ErrorObject,
 }
 
 impl ServerError {
+    /// A refused 2026-07-28 request.
+    pub(crate) fn modern(
+        id: Option<tether_proto::jsonrpc::RequestId>,
+        status: StatusCode,
+        error: ErrorObject,
+    ) -> Self {
+        Self::Modern(Box::new(ModernRefusal { id, status, error }))
+    }
+
     /// The HTTP status.
     #[must_use]
     pub fn status(&self) -> StatusCode {
@@ -168,7 +195,8 @@ impl ServerError {
             Self::TooManyRequests | Self::Store(StoreError::TooManyStreams) => {
                 StatusCode::TOO_MANY_REQUESTS
             }
-            Self::GetDisabled => StatusCode::METHOD_NOT_ALLOWED,
+            Self::GetDisabled | Self::ModernMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Modern(refusal) => refusal.status,
             Self::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -181,16 +209,13 @@ impl ServerError {
             // The parser classified it: -32700 for invalid JSON, -32600 otherwise.
             Self::InvalidBody(error) => ErrorObject::new(error.code(), error.to_string()),
             Self::UnsupportedProtocolVersion => {
-                let supported: Vec<&str> = ProtocolVersion::SUPPORTED
-                    .iter()
-                    .map(|v| v.as_str())
-                    .collect();
                 ErrorObject::new(jsonrpc::INVALID_REQUEST, self.to_string())
-                    .with_data(json!({"supported": supported}))
+                    .with_data(tether_proto::modern::unsupported_version_data(None))
             }
+            Self::Modern(refusal) => refusal.error.clone(),
             Self::ResumeRefused(reason) => ErrorObject::new(RESUME_REFUSED, self.to_string())
                 .with_data(json!({"reason": reason.as_str()})),
-            Self::GetDisabled => return None,
+            Self::GetDisabled | Self::ModernMethodNotAllowed => return None,
             Self::Store(_) | Self::HomeUnavailable => {
                 ErrorObject::new(jsonrpc::INTERNAL_ERROR, self.to_string())
             }
@@ -216,6 +241,9 @@ impl ServerError {
             Self::ShuttingDown => vec![retry_after(SHUTTING_DOWN_RETRY_AFTER)],
             Self::HomeUnavailable => vec![retry_after(HOME_UNAVAILABLE_RETRY_AFTER)],
             Self::GetDisabled => vec![(header::ALLOW, HeaderValue::from_static("POST, DELETE"))],
+            Self::ModernMethodNotAllowed => {
+                vec![(header::ALLOW, HeaderValue::from_static("POST"))]
+            }
             Self::Unauthorized => {
                 vec![(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))]
             }
@@ -223,10 +251,15 @@ impl ServerError {
         }
     }
 
-    /// The body: a JSON-RPC error response with `"id": null`, or nothing.
+    /// The body: a JSON-RPC error response with `"id": null` (a modern request's own id), or
+    /// nothing.
     fn body(&self) -> Option<Vec<u8>> {
+        let id = match self {
+            Self::Modern(refusal) => refusal.id.as_ref().map_or(Value::Null, |id| json!(id)),
+            _ => Value::Null,
+        };
         self.error_object().map(|error| {
-            let response: Value = json!({"jsonrpc": "2.0", "id": null, "error": error});
+            let response: Value = json!({"jsonrpc": "2.0", "id": id, "error": error});
             serde_json::to_vec(&response).expect("a JSON value always serializes")
         })
     }
@@ -320,7 +353,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             data,
-            json!({"supported": ["2025-03-26", "2025-06-18", "2025-11-25"]})
+            json!({"supported": ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]})
         );
     }
 

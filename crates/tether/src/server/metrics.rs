@@ -11,7 +11,9 @@
 //!
 //! Names (all prefixed `tether_`): `events_appended_total`, `event_bytes_appended_total`,
 //! `events_sent_total{connection="fresh"|"resume"}`, `resumes_total{outcome="ok"|"malformed"|
-//! "unknown"|"expired"}`, `responses_total{method,status}`, `orphaned_requests_answered_total`,
+//! "unknown"|"expired"}`, `responses_total{method,status}`, `modern_requests_total{method,
+//! outcome="result"|"input_required"|"error"|"refused"|"disconnected"}` (2026-07-28 requests by
+//! JSON-RPC method; methods outside the protocol count as `other`), `orphaned_requests_answered_total`,
 //! `open_streams`, `sessions` (this node's), `sessions_stored` (the store's, all nodes),
 //! `retained_events` and `retained_bytes` (of this node's sessions).
 
@@ -100,6 +102,55 @@ struct OutcomeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModernLabels {
+    method: &'static str,
+    outcome: &'static str,
+}
+
+/// The methods `modern_requests_total` names; anything else is `other`, so that a client
+/// cannot grow the label set.
+const MODERN_METHODS: [&str; 11] = [
+    "server/discover",
+    "subscriptions/listen",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "completion/complete",
+    "notifications/cancelled",
+];
+
+/// How a 2026-07-28 request ended, for `modern_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModernOutcome {
+    /// A complete result.
+    Result,
+    /// An `input_required` result.
+    InputRequired,
+    /// A JSON-RPC error from the handler or the transport.
+    Error,
+    /// Refused before it ran (envelope, headers, version, method).
+    Refused,
+    /// The client went away before the answer: cancelled.
+    Disconnected,
+}
+
+impl ModernOutcome {
+    const fn as_str(self) -> &'static str {
+        match self {
+            Self::Result => "result",
+            Self::InputRequired => "input_required",
+            Self::Error => "error",
+            Self::Refused => "refused",
+            Self::Disconnected => "disconnected",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ResponseLabels {
     pub(crate) method: String,
     pub(crate) status: u16,
@@ -113,6 +164,7 @@ pub(crate) struct Metrics {
     events_sent: Family<ConnectionLabels, Counter>,
     resumes: Family<OutcomeLabels, Counter>,
     responses: Family<ResponseLabels, Counter>,
+    modern_requests: Family<ModernLabels, Counter>,
     orphans_answered: Counter,
     open_streams: Gauge,
     sessions: Gauge,
@@ -170,6 +222,12 @@ impl Default for Metrics {
                 r,
                 "responses",
                 "Answers on the MCP path, by method and status",
+                Family::default(),
+            ),
+            modern_requests: add(
+                r,
+                "modern_requests",
+                "2026-07-28 requests, by JSON-RPC method and how they ended",
                 Family::default(),
             ),
             orphans_answered: add(
@@ -243,6 +301,19 @@ impl Metrics {
     /// Counts one answer on the MCP path.
     pub(crate) fn count_response(&self, labels: ResponseLabels) {
         self.responses.get_or_create(&labels).inc();
+    }
+
+    pub(crate) fn modern_request(&self, method: &str, outcome: ModernOutcome) {
+        let method = MODERN_METHODS
+            .into_iter()
+            .find(|known| *known == method)
+            .unwrap_or("other");
+        self.modern_requests
+            .get_or_create(&ModernLabels {
+                method,
+                outcome: outcome.as_str(),
+            })
+            .inc();
     }
 
     /// The registry in the OpenMetrics text format, with the gauges computed at scrape time:

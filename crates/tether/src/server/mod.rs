@@ -6,9 +6,10 @@
 //! process left unanswered and starts the background work. The built server's
 //! [`mcp_service`](Server::mcp_service) is the endpoint alone, to mount in an application's
 //! own router; [`ops_router`](Server::ops_router) has `/healthz` and `/metrics`;
-//! [`serve`](Server::serve) runs both on a listener with graceful shutdown. Protocol
-//! versions 2025-03-26, 2025-06-18 and 2025-11-25 are served, each request's behaviour
-//! decided by its session's negotiated version.
+//! [`serve`](Server::serve) runs both on a listener with graceful shutdown. Both eras are
+//! served on one endpoint: the 2025 versions (2025-03-26, 2025-06-18, 2025-11-25) in sessions,
+//! each request's behaviour decided by its session's negotiated version, and 2026-07-28's
+//! stateless requests, recognized by their `_meta` envelope.
 //!
 //! Inside, imports run one way (the repository's `docs/ARCHITECTURE.md` draws the graph):
 //! `config` holds the configuration and every default; `session` the per-session runtime
@@ -16,7 +17,9 @@
 //! factory); `dispatch` runs an accepted POST's messages; `reply` turns its answer into
 //! HTTP; `handoff` carries requests for sessions another node of a shared store runs;
 //! `background` is the sweeper, the orphan answers and the relay inbox; `endpoint` is every
-//! axum handler. `context` is what handlers emit through, `writer` the one SSE writer loop
+//! axum handler; `modern` serves a 2026-07-28 POST, `mrtr` its questions and sealed
+//! `requestState`, `subscriptions` its `subscriptions/listen` streams. `context` is what
+//! handlers emit through, `writer` the one SSE writer loop
 //! (its decisions are [`tether_proto::sse_writer`]'s), `error` maps every refusal to its
 //! status and body, `origin` is the DNS-rebinding check, `auth` who a request comes from,
 //! `metrics` what operators see, `orphans` the answers to requests an earlier process left
@@ -35,11 +38,14 @@ pub mod handler;
 mod handoff;
 mod listen;
 mod metrics;
+mod modern;
+mod mrtr;
 mod origin;
 mod orphans;
 mod reply;
 mod session;
 mod state;
+mod subscriptions;
 mod writer;
 
 use std::future::Future;
@@ -58,15 +64,17 @@ pub use config::{
     ConnectionLimits, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_KEEPALIVE,
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_SESSIONS, DEFAULT_PATH,
-    DEFAULT_RETRY, DEFAULT_SESSION_IDLE, HEALTHZ_PATH, METRICS_PATH, ServerConfig,
+    DEFAULT_REQUEST_STATE_TTL, DEFAULT_RETRY, DEFAULT_SESSION_IDLE, HEALTHZ_PATH, METRICS_PATH,
+    ServerConfig,
 };
 pub use context::{ContextError, RequestContext, SessionContext};
 pub use dispatch::CANCEL_GRACE;
-pub use error::{ResumeRefusal, ServerError};
+pub use error::{ModernRefusal, ResumeRefusal, ServerError};
 pub use handler::{Handler, ServerInfo};
 pub use handoff::HANDOFF_TIMEOUT;
 pub use orphans::{OrphanReport, SERVER_RESTARTED_REASON};
 pub use tether_proto::logging::{LogLevel, UnknownLogLevel};
+pub use tether_proto::modern::Era;
 
 use crate::store::{StoreError, StoreLimits, Stores};
 use state::ServerState;
@@ -84,9 +92,9 @@ pub enum BuildError {
     /// The node id is not a valid header value (visible ASCII).
     #[error("the node id must be visible ASCII: {0:?}")]
     InvalidNodeId(String),
-    /// The store failed while the server answered requests an earlier process left
-    /// unanswered.
-    #[error("answering orphaned requests: {0}")]
+    /// The store failed while the server read its sealing key or answered requests an
+    /// earlier process left unanswered.
+    #[error("store: {0}")]
     Store(#[from] StoreError),
 }
 
@@ -160,7 +168,14 @@ impl ServerBuilder {
         if let Some(node_id) = self.node_id {
             config.node_id = node_id;
         }
-        let mut server = Server::assemble(config, self.handler, stores, self.authenticator)?;
+        let sealing_key = stores.sessions.sealing_key().await?;
+        let mut server = Server::assemble(
+            config,
+            self.handler,
+            stores,
+            self.authenticator,
+            &sealing_key,
+        )?;
         server.answered_at_start = server.answer_orphans().await?;
         background::start(&server.state, store_tasks);
         Ok(server)
@@ -219,6 +234,7 @@ impl Server {
         handler: Arc<dyn Handler>,
         stores: Stores,
         authenticator: Option<Arc<dyn Authenticator>>,
+        sealing_key: &[u8; 32],
     ) -> Result<Self, BuildError> {
         if !config.path.starts_with('/') {
             return Err(BuildError::InvalidPath(config.path));
@@ -245,6 +261,7 @@ impl Server {
             node_id,
             relay,
             authenticator,
+            sealing_key,
         );
         Ok(Self {
             state: Arc::new(state),

@@ -23,7 +23,9 @@ use super::config::ServerConfig;
 use super::error::ServerError;
 use super::handler::Handler;
 use super::metrics::{MeteredEvents, Metrics};
+use super::mrtr::Sealer;
 use super::session::SessionRuntime;
+use super::subscriptions::Subscriptions;
 use super::writer::{Start, Writer};
 use crate::lock;
 use crate::store::relay::{Relay, SessionHome};
@@ -48,6 +50,10 @@ pub(crate) struct ServerState {
     /// Cancelled by `Server::shutdown` (which `serve` calls when told to shut down): writer
     /// loops send `retry` and end.
     pub(crate) shutdown: CancellationToken,
+    /// The 2026-07-28 listen streams open on this node.
+    pub(crate) subscriptions: Arc<Subscriptions>,
+    /// Seals and opens the 2026-07-28 era's `requestState`.
+    pub(crate) sealer: Sealer,
     runtimes: Mutex<HashMap<SessionId, Arc<SessionRuntime>>>,
     /// Serializes session creation so that `max_sessions` is a hard bound (count, then
     /// insert, without another initialize in between).
@@ -55,6 +61,9 @@ pub(crate) struct ServerState {
 }
 
 impl ServerState {
+    // The one constructor, called by the builder (and dispatch's unit tests): every part is
+    // a different kind of thing, and a struct of them would only repeat these names.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         config: ServerConfig,
         handler: Arc<dyn Handler>,
@@ -63,6 +72,7 @@ impl ServerState {
         node_id: HeaderValue,
         relay: Option<Arc<dyn Relay>>,
         authenticator: Option<Arc<dyn Authenticator>>,
+        sealing_key: &[u8; 32],
     ) -> Self {
         let metrics = Arc::new(Metrics::default());
         // Every append, whichever path makes it, is counted.
@@ -70,6 +80,7 @@ impl ServerState {
             inner: events,
             metrics: Arc::clone(&metrics),
         });
+        let sealer = Sealer::new(sealing_key, config.request_state_ttl);
         Self {
             config,
             handler,
@@ -80,6 +91,8 @@ impl ServerState {
             relay,
             authenticator,
             shutdown: CancellationToken::new(),
+            subscriptions: Arc::default(),
+            sealer,
             runtimes: Mutex::new(HashMap::new()),
             create_lock: tokio::sync::Mutex::new(()),
         }
@@ -254,18 +267,23 @@ impl ServerState {
         stream: StreamId,
         start: Start,
     ) -> Writer {
+        self.writer_until(runtime, stream, start, self.shutdown.clone())
+    }
+
+    /// [`writer`](Self::writer), ended by `close` instead of the server's shutdown (a listen
+    /// stream, which stores its completion result on shutdown and must send it).
+    pub(crate) fn writer_until(
+        &self,
+        runtime: &Arc<SessionRuntime>,
+        stream: StreamId,
+        start: Start,
+        close: CancellationToken,
+    ) -> Writer {
         let pacing = WriterConfig::new(
             self.config.retry,
             self.config.keepalive,
             self.config.poll_after,
         );
-        Writer::new(
-            runtime,
-            stream,
-            start,
-            pacing,
-            self.shutdown.clone(),
-            &self.metrics,
-        )
+        Writer::new(runtime, stream, start, pacing, close, &self.metrics)
     }
 }

@@ -14,8 +14,9 @@
 //! and there is no hand-off between them (docs/DESIGN.md#data-flow). The loop is driven by the
 //! connection: hyper asks for the next chunk only when it can write, so a slow reader makes the
 //! loop wait instead of buffering, and what piles up meanwhile is the store's to bound
-//! (docs/DESIGN.md#property-4). A client that goes away drops the body and with it the loop; the
-//! handler that produces the events is unaffected (a disconnect is not cancellation, T15).
+//! (docs/DESIGN.md#property-4). A client that goes away drops the body and with it the loop; in
+//! a legacy session the handler that produces the events is unaffected (a disconnect is not
+//! cancellation, T15), while a 2026-07-28 request's guard, held by the loop, cancels it.
 //!
 //! Every protocol decision — priming, completion, the `retry` before a close, never closing
 //! before an id went out, polling, keep-alives — is made by the pure
@@ -87,9 +88,17 @@ pub(crate) struct Writer {
     metrics: Arc<Metrics>,
     kind: ConnectionKind,
     _open: OpenStream,
+    /// Dropped with the connection: a 2026-07-28 request's, whose disconnect cancels it.
+    _guard: Option<Box<dyn Send + Sync>>,
 }
 
 impl Writer {
+    /// This writer, holding `guard` until its connection ends.
+    pub(crate) fn with_guard(mut self, guard: impl Send + Sync + 'static) -> Self {
+        self._guard = Some(Box::new(guard));
+        self
+    }
+
     /// A writer for `stream` of `runtime`'s session, registered as the stream's connection
     /// (replacing any older one).
     pub(crate) fn new(
@@ -123,6 +132,7 @@ impl Writer {
             metrics: Arc::clone(metrics),
             kind,
             _open: metrics.open_stream(),
+            _guard: None,
         }
     }
 

@@ -49,6 +49,8 @@ mod server_count;
 mod server_hostile;
 #[cfg(feature = "server")]
 mod server_metrics;
+#[cfg(all(feature = "server", feature = "sqlite"))]
+mod server_modern;
 #[cfg(feature = "server")]
 mod server_requests;
 #[cfg(feature = "server")]

@@ -359,11 +359,14 @@ async fn unsupported_protocol_version_is_400_with_supported_list() {
             let error = assert_refused(&t, 400, -32600, &server.node_id);
             assert_eq!(
                 error["data"]["supported"],
-                json!(["2025-03-26", "2025-06-18", "2025-11-25"])
+                json!(["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]),
+                "every unsupported-version answer lists all four (docs/CONTRACTS.md#planned-eras)"
             );
         }
     }
-    // A stateless 2026-07-28 client: no session, its own version.
+    // A POST that says 2026-07-28 without a session follows the modern rules: without its
+    // `_meta` envelope it is malformed (-32602), answered with its own id (server_modern.rs
+    // tests that era).
     let mut modern = server.client().with_protocol_version("2026-07-28");
     modern.set_session_id(None);
     let t = modern
@@ -373,8 +376,10 @@ async fn unsupported_protocol_version_is_400_with_supported_list() {
         .read_to_end()
         .await
         .unwrap();
-    let error = assert_refused(&t, 400, -32600, &server.node_id);
-    assert!(error["data"]["supported"].is_array());
+    assert_eq!(t.status, 400);
+    let body = t.json().unwrap();
+    assert_eq!(body["id"], 1);
+    assert_eq!(body["error"]["code"], -32602);
     // ... and can fall back to initialize.
     let mut fallback = server.client().with_protocol_version(V11);
     fallback.initialize().await.unwrap();

@@ -1,0 +1,485 @@
+//! The 2026-07-28 era on the server, the rules the conformance suite does not check (it runs
+//! in the test command's conformance stage): a disconnect cancels the request and frees it;
+//! GET and DELETE are 405; `Last-Event-ID` and `Mcp-Session-Id` on a modern request change
+//! nothing; a tampered or foreign `requestState` is refused, a genuine one survives a restart
+//! of a SQLite-backed server; log messages only when the envelope asks; a listen stream ends
+//! with its completion result on a graceful shutdown; legacy sessions are untouched beside.
+//! Raw HTTP on loopback, the real server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tether::proto::jsonrpc::{ErrorObject, Request};
+use tether::server::{
+    BearerTokens, Era, Handler, LogLevel, RequestContext, Server, ServerConfig, ServerInfo,
+};
+use tether::store::{StoreLimits, Stores};
+use tether_testkit::raw::{RawClient, RawRequest, RawResponse, SseItem};
+
+use super::support::server::TestServer;
+
+const MODERN: &str = "2026-07-28";
+
+/// A modern request's envelope, with `extra` merged into `_meta`.
+fn envelope(extra: Value) -> Value {
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
+    });
+    if let (Value::Object(meta), Value::Object(extra)) = (&mut meta, extra) {
+        meta.extend(extra);
+    }
+    meta
+}
+
+/// A modern POST of `method` with `params` (the envelope added) and the SEP-2243 headers.
+fn modern(client: &RawClient, id: i64, method: &str, mut params: Value, meta: Value) -> RawRequest {
+    params["_meta"] = envelope(meta);
+    let name = params
+        .get("name")
+        .or_else(|| params.get("uri"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let mut request = client
+        .request("POST")
+        .header("MCP-Protocol-Version", MODERN)
+        .header("Mcp-Method", method)
+        .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    if let Some(name) = name {
+        request = request.header("Mcp-Name", &name);
+    }
+    request
+}
+
+/// The JSON-RPC messages of an SSE or JSON answer, read to its end.
+async fn messages(response: RawResponse) -> Vec<Value> {
+    let transcript = response.read_to_end().await.expect("a complete answer");
+    if transcript.is_event_stream() {
+        transcript
+            .events()
+            .filter(|event| !event.data.is_empty())
+            .map(|event| serde_json::from_str(&event.data).expect("JSON data"))
+            .collect()
+    } else {
+        vec![transcript.json().expect("a JSON body")]
+    }
+}
+
+/// A handler whose tools ask: `greet` asks the user's name (key `name`); `announce` tells
+/// listening clients the tool list changed.
+struct Asking;
+
+#[async_trait]
+impl Handler for Asking {
+    fn server_info(&self) -> ServerInfo {
+        ServerInfo {
+            name: "asking".into(),
+            version: "1".into(),
+            capabilities: json!({"tools": {"listChanged": true}}),
+            instructions: None,
+        }
+    }
+
+    async fn handle_request(
+        &self,
+        request: Request,
+        context: RequestContext,
+    ) -> Result<Value, ErrorObject> {
+        let name = request.params.as_ref().and_then(|p| p["name"].as_str());
+        match name {
+            Some("greet") => {
+                let schema = json!({"message": "Name?", "requestedSchema": {"type": "object",
+                    "properties": {"name": {"type": "string"}}}});
+                let answer = context
+                    .ask("name", "elicitation/create", schema)
+                    .await
+                    .map_err(|e| ErrorObject::new(-32603, e.to_string()))?;
+                let name = answer["content"]["name"].as_str().unwrap_or("?");
+                let era = match context.era() {
+                    Era::Legacy => "legacy",
+                    Era::Modern => "modern",
+                };
+                Ok(json!({"content": [{"type": "text", "text": format!("hello {name} ({era})")}]}))
+            }
+            Some("announce") => {
+                context
+                    .notify_subscribers("notifications/tools/list_changed", json!({}))
+                    .await
+                    .map_err(|e| ErrorObject::new(-32603, e.to_string()))?;
+                Ok(json!({"content": []}))
+            }
+            _ => Err(ErrorObject::method_not_found(&request.method)),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_disconnect_cancels_a_modern_request() {
+    let server = TestServer::start(ServerConfig::default()).await;
+    let client = server.client();
+    let cancelled = server.observed.cancelled_notify.notified();
+    tokio::pin!(cancelled);
+    cancelled.as_mut().enable();
+    let request = modern(
+        &client,
+        1,
+        "tools/call",
+        json!({"name": "wait", "arguments": {}}),
+        json!({"progressToken": "w"}),
+    );
+    let mut response = client.send(&request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.is_event_stream());
+    // The progress event arrived: the handler runs. Then the client goes away.
+    loop {
+        match response.next_item().await.unwrap() {
+            Some(SseItem::Event(event)) if !event.data.is_empty() => {
+                let message: Value = serde_json::from_str(&event.data).unwrap();
+                assert_eq!(message["method"], "notifications/progress");
+                break;
+            }
+            Some(_) => {}
+            None => panic!("the stream ended before the progress event"),
+        }
+    }
+    drop(response);
+    tokio::time::timeout(Duration::from_secs(10), cancelled)
+        .await
+        .expect("the handler saw its cancellation");
+    let text = metrics(&server).await;
+    assert!(
+        text.contains(
+            r#"tether_modern_requests_total{method="tools/call",outcome="disconnected"} 1"#
+        ),
+        "{text}"
+    );
+}
+
+/// `/metrics`, read raw.
+async fn metrics(server: &TestServer) -> String {
+    let url = server.url.replace("/mcp", "/metrics");
+    let client = RawClient::new(&url).unwrap();
+    let transcript = client.exchange(&client.request("GET")).await.unwrap();
+    String::from_utf8_lossy(&transcript.body).into_owned()
+}
+
+#[tokio::test]
+async fn modern_get_and_delete_are_405_allowing_post() {
+    let server = TestServer::start(ServerConfig::default()).await;
+    let client = server.client().with_protocol_version(MODERN);
+    for method in ["GET", "DELETE"] {
+        let transcript = client.exchange(&client.request(method)).await.unwrap();
+        assert_eq!(transcript.status, 405, "{method}");
+        assert_eq!(transcript.headers.get("allow"), Some("POST"), "{method}");
+    }
+    // A legacy GET without a session is still the legacy 400.
+    let legacy = server.client();
+    let transcript = legacy.exchange(&legacy.request("GET")).await.unwrap();
+    assert_eq!(transcript.status, 400);
+}
+
+#[tokio::test]
+async fn last_event_id_and_session_id_change_nothing_on_a_modern_request() {
+    let server = TestServer::start(ServerConfig::default()).await;
+    let client = server.client();
+    let request = modern(&client, 7, "tools/list", json!({}), json!({}))
+        .header("Last-Event-ID", "not-an-id")
+        .header("Mcp-Session-Id", "no-such-session");
+    let response = client.send(&request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.header("mcp-session-id").is_none(),
+        "no session minted or echoed"
+    );
+    let answer = messages(response).await;
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert_eq!(answer[0]["id"], 7);
+    assert_eq!(answer[0]["result"]["resultType"], "complete");
+    assert!(answer[0]["result"]["tools"].is_array());
+    assert!(answer[0]["result"]["ttlMs"].is_u64());
+    assert_eq!(
+        answer[0]["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "server-tests"
+    );
+}
+
+#[tokio::test]
+async fn log_messages_only_at_the_envelope_s_level() {
+    let server = TestServer::start(ServerConfig::default()).await;
+    let client = server.client();
+    let count = json!({"name": "count", "arguments": {"n": 3, "interval_ms": 0}});
+    let quiet = messages(
+        client
+            .send(&modern(&client, 1, "tools/call", count.clone(), json!({})))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        quiet.iter().all(|m| m["method"] != "notifications/message"),
+        "no logLevel, no logs: {quiet:?}"
+    );
+    assert_eq!(
+        quiet.last().unwrap()["result"]["content"][0]["text"],
+        "counted 3"
+    );
+    let logged = messages(
+        client
+            .send(&modern(
+                &client,
+                2,
+                "tools/call",
+                count,
+                json!({"io.modelcontextprotocol/logLevel": LogLevel::Debug.as_str()}),
+            ))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let logs = logged
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .count();
+    assert!(logs >= 3, "the demo logs each step when asked: {logged:?}");
+    assert_eq!(
+        logged.last().unwrap()["id"],
+        2,
+        "logs come before the response"
+    );
+}
+
+/// A server over `stores` with the asking handler and two principals, served until the
+/// returned sender is dropped or fires; the task returns once it stopped (and let go of its
+/// stores).
+async fn asking_server(
+    stores: Stores,
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let tokens = BearerTokens::parse("alice:alice-token\nbob:bob-token\n").unwrap();
+    let server = Server::builder(Arc::new(Asking))
+        .stores(stores)
+        .auth(Arc::new(tokens))
+        .build()
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    (url, stop, task)
+}
+
+/// Round one of `greet`: the question and the sealed state.
+async fn greet_round_one(client: &RawClient) -> (Value, String) {
+    let answer = messages(
+        client
+            .send(&modern(
+                client,
+                1,
+                "tools/call",
+                json!({"name": "greet"}),
+                json!({}),
+            ))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let result = &answer[0]["result"];
+    assert_eq!(result["resultType"], "input_required", "{answer:?}");
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    (result["inputRequests"].clone(), state)
+}
+
+/// Round two of `greet`, answered `Ada`, with `arguments` when they are not null (round one
+/// had none).
+fn greet_retry(client: &RawClient, id: i64, state: &str, arguments: Value) -> RawRequest {
+    let mut params = json!({"name": "greet", "requestState": state,
+        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}}});
+    if !arguments.is_null() {
+        params["arguments"] = arguments;
+    }
+    modern(client, id, "tools/call", params, json!({}))
+}
+
+#[tokio::test]
+async fn request_state_is_refused_when_tampered_or_foreign() {
+    let (url, _stop, _task) = asking_server(Stores::memory(StoreLimits::default())).await;
+    let alice = RawClient::new(&url)
+        .unwrap()
+        .with_bearer_token("alice-token");
+    let bob = RawClient::new(&url).unwrap().with_bearer_token("bob-token");
+    let (questions, state) = greet_round_one(&alice).await;
+    assert_eq!(questions["name"]["method"], "elicitation/create");
+
+    let genuine = messages(
+        alice
+            .send(&greet_retry(&alice, 2, &state, json!(null)))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        genuine[0]["result"]["content"][0]["text"], "hello Ada (modern)",
+        "{genuine:?}"
+    );
+    let mut tampered = state.clone().into_bytes();
+    let middle = tampered.len() / 2;
+    tampered[middle] = if tampered[middle] == b'x' { b'y' } else { b'x' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    for (who, client, state, arguments) in [
+        ("tampered", &alice, tampered.as_str(), json!(null)),
+        ("another principal's", &bob, state.as_str(), json!(null)),
+        ("another request's", &alice, state.as_str(), json!({"x": 1})),
+    ] {
+        let transcript = client
+            .exchange(&greet_retry(client, 3, state, arguments))
+            .await
+            .unwrap();
+        assert_eq!(transcript.status, 400, "{who} state");
+        let body = transcript.json().unwrap();
+        assert_eq!(body["id"], 3, "{who}: the error echoes the request id");
+        assert_eq!(body["error"]["code"], -32602, "{who}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn request_state_sealed_before_a_restart_opens_after_it_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tether.db");
+    let (url, stop, task) =
+        asking_server(Stores::sqlite(&path, StoreLimits::default()).unwrap()).await;
+    let alice = RawClient::new(&url)
+        .unwrap()
+        .with_bearer_token("alice-token");
+    let (_, state) = greet_round_one(&alice).await;
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the server stops")
+        .unwrap()
+        .unwrap();
+    // The same file, a new server: its sealing key is the file's. Tasks of the stopped server
+    // that still hold the store (a removal spawned as its last connection closed) end soon.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let stores = loop {
+        match Stores::sqlite(&path, StoreLimits::default()) {
+            Ok(stores) => break stores,
+            Err(error) if tokio::time::Instant::now() > deadline => panic!("{error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let (url, _stop, _task) = asking_server(stores).await;
+    let alice = RawClient::new(&url)
+        .unwrap()
+        .with_bearer_token("alice-token");
+    let answer = messages(
+        alice
+            .send(&greet_retry(&alice, 2, &state, json!(null)))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        answer[0]["result"]["content"][0]["text"], "hello Ada (modern)",
+        "{answer:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_listen_stream_acknowledges_filters_and_ends_with_its_result_on_shutdown() {
+    let server = TestServer::start_with_handler(ServerConfig::default(), Arc::new(Asking)).await;
+    let client = server.client();
+    let listen = modern(
+        &client,
+        41,
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true}}),
+        json!({}),
+    );
+    let mut stream = client.send(&listen).await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert!(stream.is_event_stream());
+    let mut next_message = async || loop {
+        match stream.next_item().await.unwrap() {
+            Some(SseItem::Event(event)) if !event.data.is_empty() => {
+                break Some(serde_json::from_str::<Value>(&event.data).unwrap());
+            }
+            Some(_) => {}
+            None => break None,
+        }
+    };
+    let ack = next_message().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        41
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "prompts have no listChanged here: not honoured"
+    );
+    let announce = modern(
+        &client,
+        2,
+        "tools/call",
+        json!({"name": "announce"}),
+        json!({}),
+    );
+    messages(client.send(&announce).await.unwrap()).await;
+    let changed = next_message().await.unwrap();
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        41
+    );
+
+    let stopping = tokio::spawn(server.stop());
+    let result = next_message()
+        .await
+        .expect("the completion result before the end");
+    assert_eq!(result["id"], 41);
+    assert_eq!(result["result"]["resultType"], "complete");
+    assert_eq!(
+        result["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        41
+    );
+    assert!(next_message().await.is_none(), "then the stream ends");
+    stopping.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn one_handler_asks_through_a_session_request_in_the_legacy_era() {
+    let server = TestServer::start_with_handler(ServerConfig::default(), Arc::new(Asking)).await;
+    let mut client = server.session("2025-11-25").await;
+    let (_, mut call) = client
+        .post_request("tools/call", json!({"name": "greet"}))
+        .await
+        .unwrap();
+    let question = loop {
+        match call.next_item().await.unwrap() {
+            Some(SseItem::Event(event)) if !event.data.is_empty() => {
+                break serde_json::from_str::<Value>(&event.data).unwrap();
+            }
+            Some(_) => {}
+            None => panic!("the call's stream ended without a question"),
+        }
+    };
+    assert_eq!(question["method"], "elicitation/create");
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"name": "Lin"}}});
+    assert_eq!(client.post(&answer).await.unwrap().status(), 202);
+    let rest = messages(call).await;
+    assert_eq!(
+        rest.last().unwrap()["result"]["content"][0]["text"],
+        "hello Lin (legacy)"
+    );
+}
