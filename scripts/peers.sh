@@ -3,7 +3,9 @@
 # into target/peers/, which git ignores, and nothing globally:
 #   target/peers/py    Python venv: interop/python/requirements.txt (mcp 2.3.0, fully pinned)
 #   target/peers/node  npm ci of interop/package.json + package-lock.json: the TypeScript SDK,
-#                      the conformance suite, server-everything, mcp-proxy and Node 22 itself
+#                      the TypeScript SDK v2 client, the conformance suites (0.1.16 for the 2025
+#                      era, 0.2.0-alpha.12 as conformance-2026), server-everything, mcp-proxy
+#                      and Node 22 itself
 #                      (the `node` package ships the binary: node_modules/node/bin/node)
 #   interop/node_modules -> target/peers/node/node_modules, so interop/ts/*.mjs resolve the SDK
 # Only PyPI and the npm registry are used. Idempotent: a stamp holds a hash of the pins and
@@ -49,6 +51,7 @@ mcp_version=$("$python" -c 'import importlib.metadata as m; print(m.version("mcp
 node_version=$("$node" --version)
 sdk_version=$("$node" -p 'require("./interop/node_modules/@modelcontextprotocol/sdk/package.json").version')
 conformance_version=$("$node" -p 'require("./interop/node_modules/@modelcontextprotocol/conformance/package.json").version')
+conformance_2026_version=$("$node" -p 'require("./interop/node_modules/conformance-2026/package.json").version')
 case "$node_version" in
   v22.*) ;;
   *) echo "peers: expected Node 22 at $node, got $node_version" >&2; exit 1 ;;
@@ -58,7 +61,7 @@ esac
   echo "$pins"
   echo "python mcp $mcp_version ($python)"
   echo "node $node_version ($node)"
-  echo "@modelcontextprotocol/sdk $sdk_version, conformance $conformance_version (interop/node_modules)"
+  echo "@modelcontextprotocol/sdk $sdk_version, conformance $conformance_version and $conformance_2026_version (interop/node_modules)"
 } >"$stamp.tmp"
 mv "$stamp.tmp" "$stamp"
 tail -n +2 "$stamp" | sed 's/^/peers: installed: /'

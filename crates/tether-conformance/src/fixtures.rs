@@ -36,7 +36,9 @@ use tether::proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, Request};
 
 use tether::demo::DemoHandler;
 use tether::proto::jsonrpc::tool_call_params;
-use tether::server::{ContextError, Handler, LogLevel, RequestContext, ServerInfo, SessionContext};
+use tether::server::{
+    ContextError, Era, Handler, LogLevel, RequestContext, ServerInfo, SessionContext,
+};
 
 /// `serverInfo.name` of the conformance fixture server.
 pub const SERVER_NAME: &str = "tether-conformance";
@@ -236,11 +238,14 @@ impl ConformanceHandler {
             tool(
                 "json_schema_2020_12_tool",
                 "Tool with JSON Schema 2020-12 features (SEP-1613).",
+                // The suite's 2026-07-28 run (SEP-2106) checks that composition,
+                // conditional and anchor keywords reach the client as written.
                 json!({
                     "$schema": JSON_SCHEMA_2020_12,
                     "type": "object",
                     "$defs": {
                         "address": {
+                            "$anchor": "addressDef",
                             "type": "object",
                             "properties": {
                                 "street": {"type": "string"},
@@ -250,14 +255,25 @@ impl ConformanceHandler {
                     },
                     "properties": {
                         "name": {"type": "string"},
-                        "address": {"$ref": "#/$defs/address"}
+                        "address": {"$ref": "#/$defs/address"},
+                        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                        "phone": {"type": "string"},
+                        "email": {"type": "string"}
                     },
+                    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+                    "if": {
+                        "properties": {"contactMethod": {"const": "phone"}},
+                        "required": ["contactMethod"]
+                    },
+                    "then": {"required": ["phone"]},
+                    "else": {"required": ["email"]},
                     "additionalProperties": false
                 }),
             ),
         ];
         if let Value::Array(demo) = DemoHandler::tools()["tools"].take() {
             tools.extend(demo);
+            tools.extend(crate::stateless::tools());
         }
         json!({ "tools": tools })
     }
@@ -312,7 +328,7 @@ impl ConformanceHandler {
     #[must_use]
     pub fn prompts() -> Value {
         let argument = |name: &str, description: &str| json!({"name": name, "description": description, "required": true});
-        json!({
+        let mut listed = json!({
             "prompts": [
                 {
                     "name": "test_simple_prompt",
@@ -340,7 +356,10 @@ impl ConformanceHandler {
                     "description": "A prompt that includes image content"
                 }
             ]
-        })
+        });
+        let prompts = listed["prompts"].as_array_mut().expect("an array");
+        prompts.extend(crate::stateless::prompts());
+        listed
     }
 
     async fn call_tool(
@@ -421,9 +440,12 @@ impl ConformanceHandler {
                 Value::Object(arguments.clone())
             ))])),
             "count" | "echo" => self.demo.handle_request(request, context).await,
-            other => Err(ErrorObject::invalid_params(format!(
-                "unknown tool: {other}"
-            ))),
+            other => match crate::stateless::call(other, &context).await {
+                Some(outcome) => outcome,
+                None => Err(ErrorObject::invalid_params(format!(
+                    "unknown tool: {other}"
+                ))),
+            },
         }
     }
 
@@ -522,9 +544,9 @@ impl Handler for ConformanceHandler {
             name: SERVER_NAME.to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             capabilities: json!({
-                "tools": {},
+                "tools": {"listChanged": true},
                 "resources": {"subscribe": true},
-                "prompts": {},
+                "prompts": {"listChanged": true},
                 "logging": {},
                 "completions": {}
             }),
@@ -568,7 +590,9 @@ impl Handler for ConformanceHandler {
             "tools/call" => self.call_tool(request, context).await,
             "resources/list" => Ok(Self::resources()),
             "resources/templates/list" => Ok(Self::resource_templates()),
-            "resources/read" => read_resource(uri_param(&request, "resources/read")?),
+            "resources/read" => {
+                read_resource(uri_param(&request, "resources/read")?, context.era())
+            }
             "resources/subscribe" => {
                 let uri = uri_param(&request, "resources/subscribe")?.to_owned();
                 self.subscribe(context.session(), uri)
@@ -578,7 +602,18 @@ impl Handler for ConformanceHandler {
                 uri_param(&request, "resources/unsubscribe")?,
             )),
             "prompts/list" => Ok(Self::prompts()),
-            "prompts/get" => get_prompt(request.params.as_ref()),
+            "prompts/get" => {
+                let name = request
+                    .params
+                    .as_ref()
+                    .and_then(|params| params.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                match crate::stateless::get_prompt(name, &context).await {
+                    Some(outcome) => outcome,
+                    None => get_prompt(request.params.as_ref()),
+                }
+            }
             "completion/complete" => complete(request.params.as_ref()),
             // `logging/setLevel` and `ping` are the demo's.
             "logging/setLevel" | "ping" => self.demo.handle_request(request, context).await,
@@ -678,7 +713,9 @@ fn template_id(uri: &str) -> Option<&str> {
     (!id.is_empty() && !id.contains('/')).then_some(id)
 }
 
-fn read_resource(uri: &str) -> Result<Value, ErrorObject> {
+/// A resource's contents; an unknown one is -32002 in a legacy session and, since 2026-07-28
+/// removed that code, -32602 with `data.uri` in the modern era.
+fn read_resource(uri: &str, era: Era) -> Result<Value, ErrorObject> {
     let contents = match uri {
         "test://static-text" => json!({
             "uri": uri,
@@ -707,11 +744,12 @@ fn read_resource(uri: &str) -> Result<Value, ErrorObject> {
                 .to_string()
             }),
             None => {
-                return Err(ErrorObject::new(
-                    RESOURCE_NOT_FOUND,
-                    format!("resource not found: {uri}"),
-                )
-                .with_data(json!({ "uri": uri })));
+                let code = match era {
+                    Era::Legacy => RESOURCE_NOT_FOUND,
+                    Era::Modern => tether::proto::jsonrpc::INVALID_PARAMS,
+                };
+                return Err(ErrorObject::new(code, format!("resource not found: {uri}"))
+                    .with_data(json!({ "uri": uri })));
             }
         },
     };
@@ -1014,11 +1052,15 @@ mod tests {
 
     #[test]
     fn resources_read_and_miss() {
-        let read = read_resource("test://template/123/data").unwrap();
+        let read = read_resource("test://template/123/data", Era::Legacy).unwrap();
         let body = read["contents"][0]["text"].as_str().unwrap();
         assert!(body.contains("\"id\":\"123\""), "{body}");
-        let error = read_resource("test://nothing").unwrap_err();
+        let error = read_resource("test://nothing", Era::Legacy).unwrap_err();
         assert_eq!(error.code, RESOURCE_NOT_FOUND);
+        // 2026-07-28 removed -32002: a missing resource is -32602 with its URI.
+        let error = read_resource("test://nothing", Era::Modern).unwrap_err();
+        assert_eq!(error.code, INVALID_PARAMS);
+        assert_eq!(error.data.unwrap()["uri"], "test://nothing");
     }
 
     #[test]

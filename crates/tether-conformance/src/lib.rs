@@ -6,6 +6,8 @@
 //! - [`fixtures`]: [`ConformanceHandler`](fixtures::ConformanceHandler), every tool, resource
 //!   and prompt the server scenarios call by name, plus the demo's `count` and `echo`.
 //! - [`client`]: the client-mode scenarios, each played with `tether::client`.
+//! - `stateless`: the tools and prompt the 2026-07-28 scenarios call by name.
 
 pub mod client;
 pub mod fixtures;
+mod stateless;

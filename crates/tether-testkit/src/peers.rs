@@ -316,16 +316,54 @@ pub fn ts_client(url: &str, n: u64) -> anyhow::Result<PeerCommand> {
     Ok(node_program("ts/client.mjs")?.with_args([url.to_owned(), n.to_string()]))
 }
 
+/// `interop/ts/client-2026.mjs URL N`: the TypeScript SDK v2 client (`@modelcontextprotocol/
+/// client` 2.3.1) pinned to 2026-07-28: `server/discover` instead of `initialize`, `tools/list`,
+/// then `count` to N with a progress callback. JSON lines: `{"event":"connected",…}`,
+/// `{"event":"tools","names":[…]}`, one `{"event":"progress",…}` per notification,
+/// `{"event":"result","text":…}`. Extra flags: `--interval-ms MS`; `--elicit`, which declares
+/// elicitation and calls `test_input_required_result_elicitation`, answering its
+/// `input_required` result with the name `Alice` (`{"event":"elicited",…}` then a result line
+/// with `"tool"`). Exit 1 after an `{"event":"error",…}` line.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn ts_client_2026(url: &str, n: u64) -> anyhow::Result<PeerCommand> {
+    Ok(node_program("ts/client-2026.mjs")?.with_args([url.to_owned(), n.to_string()]))
+}
+
 /// The official conformance suite CLI (`conformance server --url …`, `conformance client
-/// --command …`), run by Node 22.
+/// --command …`), version 0.1.16, run by Node 22: the 2025 era's scenarios.
+///
+/// Both pinned suites install a `conformance` command into `node_modules/.bin`, so each is
+/// run from its own package's entry point, never through that shared name.
 ///
 /// # Errors
 ///
 /// When `scripts/peers.sh` has not run.
 pub fn conformance() -> anyhow::Result<PeerCommand> {
+    suite("@modelcontextprotocol/conformance")
+}
+
+/// The conformance suite 0.2.0-alpha.12 (npm alias `conformance-2026`), run by Node 22: the
+/// one that checks the 2026-07-28 era (`--requirements 2026-07-28`), and 2025-11-25 at its
+/// own wire (`--requirements 2025-11-25`).
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn conformance_2026() -> anyhow::Result<PeerCommand> {
+    suite("conformance-2026")
+}
+
+fn suite(package: &str) -> anyhow::Result<PeerCommand> {
+    let entry = installed(
+        node_modules()?.join(package).join("dist").join("index.js"),
+        package,
+    )?;
     Ok(PeerCommand {
         program: node22()?,
-        args: vec![path_arg(&npm_bin("conformance")?)],
+        args: vec![path_arg(&entry)],
     })
 }
 

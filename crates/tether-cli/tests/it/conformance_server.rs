@@ -1,6 +1,9 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, server mode)
-//! against `tether serve --demo conformance` (issue 12, "Build" items 1 and 3): every active
-//! scenario, and the pending `server-sse-polling` on its own.
+//! against `tether serve --demo conformance`: with 0.1.16, every active scenario and the
+//! pending `server-sse-polling` on its own; with 0.2.0-alpha.12, the frozen requirement sets of
+//! both eras (`--requirements 2026-07-28` and `--requirements 2025-11-25`), where every scored
+//! scenario must pass with nothing excused (the `Not scored` ones, such as the tasks
+//! extension's, are shown and not counted).
 //!
 //! Each test starts its own server (`--store memory`, port 0), runs the suite's CLI with
 //! `-o <tempdir>` so that its result files never land in the checkout, prints the suite's
@@ -37,10 +40,11 @@ const EXPECTED_FAILURES: &str = "interop/conformance/server-expected-failures.tx
 
 /// Scenarios that may never be excused, and whose WARNINGs are failures (issue 12): they are
 /// what tether is for (resumable streams) and what keeps a local server safe.
-const NEVER_EXPECTED: [&str; 3] = [
+const NEVER_EXPECTED: [&str; 4] = [
     "server-sse-polling",
     "server-sse-multiple-streams",
     "dns-rebinding-protection",
+    "server-stateless",
 ];
 
 /// One check of one scenario, as `checks.json` has it.
@@ -62,6 +66,9 @@ struct SuiteRun {
     total: Option<(usize, usize)>,
     /// The printed scenario count of a suite run (`Running active suite (N scenarios)`).
     announced: Option<usize>,
+    /// The scenarios a `--requirements` run reports under `Not scored for <revision>`: run,
+    /// shown, never counted (0.2.0-alpha.12).
+    not_scored: std::collections::BTreeSet<String>,
 }
 
 /// A check that counts against the server.
@@ -109,6 +116,11 @@ async fn start_server() -> anyhow::Result<ServerProcess> {
 /// Runs `conformance server --url URL ARGS -o <tempdir>` against a fresh server, prints the
 /// suite's summary lines and reads its result files.
 async fn run_suite(args: &[&str]) -> anyhow::Result<SuiteRun> {
+    run_suite_with(peers::conformance()?, args).await
+}
+
+/// [`run_suite`] with the given suite (0.1.16, or [`peers::conformance_2026`]).
+async fn run_suite_with(suite: peers::PeerCommand, args: &[&str]) -> anyhow::Result<SuiteRun> {
     let mut server = start_server().await?;
     let results = tempfile::Builder::new()
         .prefix("tether-conformance-")
@@ -120,14 +132,28 @@ async fn run_suite(args: &[&str]) -> anyhow::Result<SuiteRun> {
         .to_str()
         .context("temp dir path is not UTF-8")?;
     command_args.extend_from_slice(&["-o", results_arg]);
-    let command = peers::conformance()?.with_args(command_args);
+    let command = suite.with_args(command_args);
     println!("$ {command}");
     let output = command.run(SUITE_TIMEOUT).await?;
     let printed = format!("{}\n{}", output.stdout, output.stderr);
 
     let mut run = SuiteRun::default();
+    let mut in_not_scored = false;
     for line in printed.lines().map(strip_ansi) {
         let line = line.trim();
+        if line.starts_with("Not scored for ") {
+            println!("{line}");
+            in_not_scored = true;
+            continue;
+        }
+        if in_not_scored
+            && let Some(rest) = line.strip_prefix("✓ ").or_else(|| line.strip_prefix("✗ "))
+            && let Some((scenario, _reason)) = rest.split_once(" (")
+        {
+            println!("not scored: {line}");
+            run.not_scored.insert(scenario.to_owned());
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("Total: ") {
             println!("{line}");
             run.total = Some(passed_failed(rest).with_context(|| format!("{line:?}"))?);
@@ -267,10 +293,15 @@ fn scenario_of(dir_name: &str) -> Option<&str> {
     (timestamp_end.ends_with('Z') && !scenario.is_empty()).then_some(scenario)
 }
 
-/// The checks that count against the server, excused or not.
+/// The checks that count against the server, excused or not (a not-scored scenario's never
+/// do).
 fn failures(run: &SuiteRun) -> Vec<Failure> {
     let mut failures = Vec::new();
-    for (scenario, checks) in &run.checks {
+    for (scenario, checks) in run
+        .checks
+        .iter()
+        .filter(|(scenario, _)| !run.not_scored.contains(*scenario))
+    {
         let strict = NEVER_EXPECTED.contains(&scenario.as_str());
         for check in checks {
             if check.status == "FAILURE" || (strict && check.status == "WARNING") {
@@ -284,7 +315,7 @@ fn failures(run: &SuiteRun) -> Vec<Failure> {
         }
     }
     for (scenario, &(_, failed)) in &run.summary {
-        if failed > 0 && !run.checks.contains_key(scenario) {
+        if failed > 0 && !run.checks.contains_key(scenario) && !run.not_scored.contains(scenario) {
             failures.push(Failure {
                 scenario: scenario.clone(),
                 check: scenario.clone(),
@@ -330,9 +361,10 @@ async fn conformance_suite_active_scenarios_pass() -> anyhow::Result<()> {
         run.total.is_some() && !run.summary.is_empty(),
         "no suite summary was printed"
     );
+    // The pending polling scenario runs on its own; `server-stateless` exists from 0.2.0.
     for scenario in NEVER_EXPECTED
         .iter()
-        .filter(|s| **s != "server-sse-polling")
+        .filter(|s| !["server-sse-polling", "server-stateless"].contains(*s))
     {
         ensure!(
             run.checks.contains_key(*scenario),
@@ -369,6 +401,71 @@ async fn conformance_suite_server_sse_polling_passes() -> anyhow::Result<()> {
         .context("no server-sse-disconnect-resume check")?;
     ensure!(resumed.status == "SUCCESS", "{resumed:?}");
     Ok(())
+}
+
+/// A `--requirements` run of the suite 0.2.0-alpha.12: every scored scenario passes, with no
+/// expected-failures file and no warning in the scenarios that may never fail, and `scored`
+/// scenarios are among those that ran and counted.
+async fn requirements_pass(revision: &str, scored: &[&str]) -> anyhow::Result<()> {
+    let run = run_suite_with(peers::conformance_2026()?, &["--requirements", revision]).await?;
+    ensure!(
+        run.total.is_some() && !run.summary.is_empty(),
+        "no suite summary was printed"
+    );
+    for scenario in scored {
+        ensure!(
+            run.checks.contains_key(*scenario) && !run.not_scored.contains(*scenario),
+            "{scenario} did not run as a scored scenario: {:?}",
+            run.summary.keys()
+        );
+    }
+    let failures: Vec<String> = failures(&run).iter().map(ToString::to_string).collect();
+    let counted = run.summary.len() - run.not_scored.len();
+    println!(
+        "{revision}: {counted} scored scenarios, {} not scored",
+        run.not_scored.len()
+    );
+    ensure!(
+        failures.is_empty(),
+        "{} failure(s) in scored scenarios of --requirements {revision}:\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
+    Ok(())
+}
+
+/// The 2026-07-28 requirements (SEP-2575 stateless requests, SEP-2322 input-required results,
+/// SEP-2549 caching hints) against the same server that serves the 2025 sessions.
+#[tokio::test]
+async fn conformance_suite_requirements_2026_07_28_pass() -> anyhow::Result<()> {
+    requirements_pass(
+        "2026-07-28",
+        &[
+            "server-stateless",
+            "caching",
+            "input-required-result-tampered-state",
+            "input-required-result-multi-round",
+            "tools-call-with-progress",
+            "dns-rebinding-protection",
+            "server-sse-multiple-streams",
+        ],
+    )
+    .await
+}
+
+/// The 2025-11-25 requirements of the same suite version, at their own (session) wire.
+#[tokio::test]
+async fn conformance_suite_requirements_2025_11_25_pass() -> anyhow::Result<()> {
+    requirements_pass(
+        "2025-11-25",
+        &[
+            "server-initialize",
+            "tools-call-with-progress",
+            "dns-rebinding-protection",
+            "server-sse-multiple-streams",
+        ],
+    )
+    .await
 }
 
 /// The expected-failures file parses, gives a reason for every entry, and never lists the

@@ -531,3 +531,63 @@ async fn sdk_matrix_tether_client_to_typescript_server() {
     )
     .await;
 }
+
+// ---------------------------------------------------------------------------------------
+// The TypeScript SDK v2 client, pinned to 2026-07-28 → `tether serve`
+// ---------------------------------------------------------------------------------------
+
+/// The TypeScript SDK v2 client pinned to the 2026-07-28 era against `tether serve --demo
+/// conformance` (which also serves 2025 sessions): discovery without `initialize`,
+/// `tools/list`, `count` with every progress notification once and in order, then an
+/// elicitation answered through an `input_required` result and the SDK's retry.
+#[tokio::test]
+async fn sdk_matrix_typescript_v2_client_pinned_to_2026_07_28() {
+    let mut server = ServerSpec::tether_serve()
+        .expect("the tether binary")
+        .args(["--demo", "conformance", "--store", "memory"])
+        .start()
+        .await
+        .expect("start tether serve");
+    let command = peers::ts_client_2026(server.url(), N).unwrap().with_args([
+        "--interval-ms".to_owned(),
+        "5".to_owned(),
+        "--elicit".to_owned(),
+    ]);
+    let output = command.run(CLIENT_TIMEOUT).await.expect("the client ran");
+    let context = format!(
+        "{command}\n{}\n{}\ntether serve:\n{}",
+        output.stdout,
+        output.stderr,
+        server.logs()
+    );
+    assert!(output.status.success(), "{context}");
+    let lines: Vec<Value> = output
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("{line}\n{context}")))
+        .collect();
+    let event = |name: &'static str| lines.iter().filter(move |line| line["event"] == name);
+    let connected = event("connected").next().expect(&context);
+    assert_eq!(connected["protocolVersion"], "2026-07-28", "{context}");
+    let tools = event("tools").next().expect(&context);
+    assert!(
+        tools["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "count"),
+        "{context}"
+    );
+    let progress: Vec<u64> = event("progress")
+        .map(|line| line["progress"].as_u64().unwrap())
+        .collect();
+    assert_eq!(progress, (1..=N).collect::<Vec<_>>(), "{context}");
+    let results: Vec<&Value> = event("result").collect();
+    assert_eq!(results[0]["text"], format!("counted {N}"), "{context}");
+    assert_eq!(
+        event("elicited").next().expect(&context)["message"],
+        "What is your name?"
+    );
+    assert_eq!(results[1]["text"], "Hello, Alice!", "{context}");
+    server.terminate().await.unwrap();
+}

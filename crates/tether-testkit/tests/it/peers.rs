@@ -90,6 +90,7 @@ async fn node_peer_binary_is_node_22() {
     assert!(output.status.success(), "{output:?}");
     assert!(output.stdout.starts_with("v22."), "{output:?}");
     assert!(peers::conformance().is_ok());
+    assert!(peers::conformance_2026().is_ok());
     assert!(peers::everything_server().is_ok());
     assert!(peers::mcp_proxy().is_ok());
 }
