@@ -156,6 +156,7 @@ macro_rules! store_suite {
             reopen_loses_nothing_acknowledged,
             reopen_reports_orphaned_request_streams_once,
             reopen_keeps_removals,
+            reopen_keeps_the_sealing_key,
         ]);
     };
     ($new_events:expr, $new_sessions:expr $(,)?) => {
@@ -183,6 +184,7 @@ where
     reopen_loses_nothing_acknowledged(&new_opener()).await;
     reopen_reports_orphaned_request_streams_once(&new_opener()).await;
     reopen_keeps_removals(&new_opener()).await;
+    reopen_keeps_the_sealing_key(&new_opener()).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1378,5 +1380,24 @@ pub async fn reopen_keeps_removals<O: AsyncFn() -> Stores>(open: &O) {
     assert_eq!(
         events.usage(&owner.session).await.expect("usage"),
         SessionUsage::default()
+    );
+}
+
+/// The sealing key (`SessionStore::sealing_key`) is made once per location: asked twice it is
+/// the same, after a reopen it is still the same (so a `requestState` sealed before a restart
+/// opens after it), and another location has another one.
+pub async fn reopen_keeps_the_sealing_key<O: AsyncFn() -> Stores>(open: &O) {
+    let first = {
+        let (_events, sessions) = open().await;
+        let key = sessions.sealing_key().await.expect("a sealing key");
+        assert_eq!(sessions.sealing_key().await.expect("a sealing key"), key);
+        assert_ne!(key, [0; 32], "a made key, not a default");
+        key
+    };
+    let (_events, sessions) = open().await;
+    assert_eq!(
+        sessions.sealing_key().await.expect("a sealing key"),
+        first,
+        "the key outlives the process"
     );
 }

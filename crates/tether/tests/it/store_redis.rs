@@ -259,6 +259,24 @@ async fn two_nodes_share_streams_and_wake_each_other() {
     );
 }
 
+/// Every node on one Redis and prefix seals with the same key, whichever asks first (so a
+/// `requestState` sealed by one node opens on any other); another prefix has its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_of_one_prefix_share_a_sealing_key() {
+    let prefix = fresh_prefix();
+    let open = |node: &'static str| {
+        let mut config = config(&prefix);
+        config.node_id = node.into();
+        redis::open(config)
+    };
+    let ((_, a), (_, b)) = (open("node-a").await.unwrap(), open("node-b").await.unwrap());
+    let (key_a, key_b) = tokio::join!(a.sealing_key(), b.sealing_key());
+    let key = key_a.unwrap();
+    assert_eq!(key_b.unwrap(), key);
+    let (_, other) = redis::open(config(&fresh_prefix())).await.unwrap();
+    assert_ne!(other.sealing_key().await.unwrap(), key);
+}
+
 /// Appends from two nodes to one stream, interleaved: seqs stay 1..=n with no gap or
 /// duplicate, and every append is stored exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
