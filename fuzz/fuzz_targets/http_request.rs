@@ -11,9 +11,10 @@ use axum::Router;
 use axum::body::Body;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use libfuzzer_sys::fuzz_target;
-use tether::demo::DemoHandler;
-use tether::server::Server;
 use tower::ServiceExt as _;
+
+#[path = "support/server.rs"]
+mod server;
 
 const HEADERS: [&str; 9] = [
     "accept",
@@ -54,14 +55,7 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = runtime
-            .block_on(Server::builder(std::sync::Arc::new(DemoHandler::new())).build())
-            .unwrap();
-        let router = server.router();
+        let (runtime, router) = server::demo_server();
         let session = runtime.block_on(async {
             let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"fuzz","version":"0"}}}"#;
             let request = Request::post("/mcp")
@@ -74,8 +68,6 @@ fn fixture() -> &'static Fixture {
             assert_eq!(response.status(), StatusCode::OK);
             response.headers()["mcp-session-id"].to_str().unwrap().to_owned()
         });
-        // The server is kept alive by its router's state.
-        std::mem::forget(server);
         Fixture {
             runtime,
             router,

@@ -12,9 +12,10 @@ use axum::body::Body;
 use http::{Request, StatusCode};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
-use tether::demo::DemoHandler;
-use tether::server::Server;
 use tower::ServiceExt as _;
+
+#[path = "support/server.rs"]
+mod server;
 
 const METHODS: [&str; 9] = [
     "server/discover",
@@ -53,16 +54,7 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = runtime
-            .block_on(Server::builder(std::sync::Arc::new(DemoHandler::new())).build())
-            .unwrap();
-        let router = server.router();
-        // The server is kept alive by its router's state.
-        std::mem::forget(server);
+        let (runtime, router) = server::demo_server();
         Fixture { runtime, router }
     })
 }

@@ -134,17 +134,10 @@ async fn a_disconnect_cancels_a_modern_request() {
     assert_eq!(response.status(), 200);
     assert!(response.is_event_stream());
     // The progress event arrived: the handler runs. Then the client goes away.
-    loop {
-        match response.next_item().await.unwrap() {
-            Some(SseItem::Event(event)) if !event.data.is_empty() => {
-                let message: Value = serde_json::from_str(&event.data).unwrap();
-                assert_eq!(message["method"], "notifications/progress");
-                break;
-            }
-            Some(_) => {}
-            None => panic!("the stream ended before the progress event"),
-        }
-    }
+    let progress = next_message(&mut response)
+        .await
+        .expect("the progress event");
+    assert_eq!(progress["method"], "notifications/progress");
     drop(response);
     tokio::time::timeout(Duration::from_secs(10), cancelled)
         .await
@@ -277,6 +270,42 @@ async fn asking_server(
     (url, stop, task)
 }
 
+/// `alice`'s client of the server at `url`.
+fn alice(url: &str) -> RawClient {
+    RawClient::new(url)
+        .unwrap()
+        .with_bearer_token("alice-token")
+}
+
+/// Round two of `greet` with `state` is answered `hello Ada (modern)`.
+async fn greet_completes(client: &RawClient, state: &str) {
+    let answer = messages(
+        client
+            .send(&greet_retry(client, 2, state, json!(null)))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        answer[0]["result"]["content"][0]["text"], "hello Ada (modern)",
+        "{answer:?}"
+    );
+}
+
+/// The next JSON-RPC message of an SSE answer (priming events, comments and `retry` fields
+/// skipped), or `None` at its end.
+async fn next_message(response: &mut RawResponse) -> Option<Value> {
+    loop {
+        match response.next_item().await.unwrap() {
+            Some(SseItem::Event(event)) if !event.data.is_empty() => {
+                return Some(serde_json::from_str(&event.data).unwrap());
+            }
+            Some(_) => {}
+            None => return None,
+        }
+    }
+}
+
 /// Round one of `greet`: the question and the sealed state.
 async fn greet_round_one(client: &RawClient) -> (Value, String) {
     let answer = messages(
@@ -312,24 +341,11 @@ fn greet_retry(client: &RawClient, id: i64, state: &str, arguments: Value) -> Ra
 #[tokio::test]
 async fn request_state_is_refused_when_tampered_or_foreign() {
     let (url, _stop, _task) = asking_server(Stores::memory(StoreLimits::default())).await;
-    let alice = RawClient::new(&url)
-        .unwrap()
-        .with_bearer_token("alice-token");
+    let alice = alice(&url);
     let bob = RawClient::new(&url).unwrap().with_bearer_token("bob-token");
     let (questions, state) = greet_round_one(&alice).await;
     assert_eq!(questions["name"]["method"], "elicitation/create");
-
-    let genuine = messages(
-        alice
-            .send(&greet_retry(&alice, 2, &state, json!(null)))
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(
-        genuine[0]["result"]["content"][0]["text"], "hello Ada (modern)",
-        "{genuine:?}"
-    );
+    greet_completes(&alice, &state).await;
     let mut tampered = state.clone().into_bytes();
     let middle = tampered.len() / 2;
     tampered[middle] = if tampered[middle] == b'x' { b'y' } else { b'x' };
@@ -356,10 +372,7 @@ async fn request_state_sealed_before_a_restart_opens_after_it_on_sqlite() {
     let path = dir.path().join("tether.db");
     let (url, stop, task) =
         asking_server(Stores::sqlite(&path, StoreLimits::default()).unwrap()).await;
-    let alice = RawClient::new(&url)
-        .unwrap()
-        .with_bearer_token("alice-token");
-    let (_, state) = greet_round_one(&alice).await;
+    let (_, state) = greet_round_one(&alice(&url)).await;
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), task)
         .await
@@ -377,20 +390,7 @@ async fn request_state_sealed_before_a_restart_opens_after_it_on_sqlite() {
         }
     };
     let (url, _stop, _task) = asking_server(stores).await;
-    let alice = RawClient::new(&url)
-        .unwrap()
-        .with_bearer_token("alice-token");
-    let answer = messages(
-        alice
-            .send(&greet_retry(&alice, 2, &state, json!(null)))
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(
-        answer[0]["result"]["content"][0]["text"], "hello Ada (modern)",
-        "{answer:?}"
-    );
+    greet_completes(&alice(&url), &state).await;
 }
 
 #[tokio::test]
@@ -407,16 +407,7 @@ async fn a_listen_stream_acknowledges_filters_and_ends_with_its_result_on_shutdo
     let mut stream = client.send(&listen).await.unwrap();
     assert_eq!(stream.status(), 200);
     assert!(stream.is_event_stream());
-    let mut next_message = async || loop {
-        match stream.next_item().await.unwrap() {
-            Some(SseItem::Event(event)) if !event.data.is_empty() => {
-                break Some(serde_json::from_str::<Value>(&event.data).unwrap());
-            }
-            Some(_) => {}
-            None => break None,
-        }
-    };
-    let ack = next_message().await.unwrap();
+    let ack = next_message(&mut stream).await.unwrap();
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(
         ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
@@ -435,7 +426,7 @@ async fn a_listen_stream_acknowledges_filters_and_ends_with_its_result_on_shutdo
         json!({}),
     );
     messages(client.send(&announce).await.unwrap()).await;
-    let changed = next_message().await.unwrap();
+    let changed = next_message(&mut stream).await.unwrap();
     assert_eq!(changed["method"], "notifications/tools/list_changed");
     assert_eq!(
         changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
@@ -443,7 +434,7 @@ async fn a_listen_stream_acknowledges_filters_and_ends_with_its_result_on_shutdo
     );
 
     let stopping = tokio::spawn(server.stop());
-    let result = next_message()
+    let result = next_message(&mut stream)
         .await
         .expect("the completion result before the end");
     assert_eq!(result["id"], 41);
@@ -452,7 +443,10 @@ async fn a_listen_stream_acknowledges_filters_and_ends_with_its_result_on_shutdo
         result["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
         41
     );
-    assert!(next_message().await.is_none(), "then the stream ends");
+    assert!(
+        next_message(&mut stream).await.is_none(),
+        "then the stream ends"
+    );
     stopping.await.unwrap().unwrap();
 }
 
@@ -464,15 +458,9 @@ async fn one_handler_asks_through_a_session_request_in_the_legacy_era() {
         .post_request("tools/call", json!({"name": "greet"}))
         .await
         .unwrap();
-    let question = loop {
-        match call.next_item().await.unwrap() {
-            Some(SseItem::Event(event)) if !event.data.is_empty() => {
-                break serde_json::from_str::<Value>(&event.data).unwrap();
-            }
-            Some(_) => {}
-            None => panic!("the call's stream ended without a question"),
-        }
-    };
+    let question = next_message(&mut call)
+        .await
+        .expect("a question on the call's stream");
     assert_eq!(question["method"], "elicitation/create");
     let answer = json!({"jsonrpc": "2.0", "id": question["id"],
         "result": {"action": "accept", "content": {"name": "Lin"}}});
@@ -482,4 +470,36 @@ async fn one_handler_asks_through_a_session_request_in_the_legacy_era() {
         rest.last().unwrap()["result"]["content"][0]["text"],
         "hello Lin (legacy)"
     );
+}
+
+#[tokio::test]
+async fn a_quiet_listen_stream_carries_keep_alive_comments() {
+    let mut config = ServerConfig::default();
+    config.keepalive = Duration::from_millis(50);
+    let server = TestServer::start_with_handler(config, Arc::new(Asking)).await;
+    let client = server.client();
+    let listen = modern(
+        &client,
+        5,
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+        json!({}),
+    );
+    let mut stream = client.send(&listen).await.unwrap();
+    let ack = next_message(&mut stream).await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    let mut comments = 0;
+    while comments < 2 {
+        match stream.next_item().await.unwrap() {
+            Some(SseItem::Comment(_)) => comments += 1,
+            Some(SseItem::Event(event)) => {
+                assert!(
+                    event.data.is_empty(),
+                    "nothing else on a quiet stream: {event:?}"
+                );
+            }
+            Some(_) => {}
+            None => panic!("the listen stream ended"),
+        }
+    }
 }
