@@ -1,4 +1,4 @@
-//! Session, stream and event ids: generation, strict parsing and the `<stream>:<seq>` format.
+//! Session, stream, task and event ids: generation, strict parsing and the `<stream>:<seq>` format.
 //!
 //! This module owns the shapes pinned in docs/CONTRACTS.md#event-ids: a [`StreamId`] is 22
 //! characters of base64url carrying 128 random bits, an [`EventId`] is `<stream>:<seq>` with a
@@ -230,6 +230,58 @@ impl StreamId {
     pub fn as_str(&self) -> &str {
         // Invariant: every constructor stores base64url characters, which are ASCII.
         std::str::from_utf8(&self.0).expect("stream ids are ASCII")
+    }
+}
+
+/// A task's id (the tasks extension, SEP-2663): 128 random bits as 22 characters of
+/// base64url, unguessable as the extension requires and safe in the `Mcp-Name` header. It has a
+/// stream id's shape because a task's events are the event log's stream of the same id.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskId(StreamId);
+
+impl TaskId {
+    /// A fresh task id from the OS CSPRNG.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system cannot supply random bytes.
+    #[must_use]
+    pub fn generate() -> Self {
+        Self(StreamId::generate())
+    }
+
+    /// Strict parse, as [`StreamId::parse`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`StreamId::parse`].
+    pub fn parse(value: &str) -> Result<Self, StreamIdError> {
+        StreamId::parse(value).map(Self)
+    }
+
+    /// The id's 22 characters.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// The stream that holds the task's events.
+    #[must_use]
+    pub const fn stream(self) -> StreamId {
+        self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TaskId").field(&self.as_str()).finish()
     }
 }
 

@@ -51,6 +51,7 @@ pub mod sqlite;
 mod stores;
 #[cfg(any(test, feature = "testing"))]
 pub mod suite;
+pub mod tasks;
 
 use std::{sync::Arc, time::Duration};
 
@@ -62,6 +63,7 @@ use tether_proto::jsonrpc::RequestId;
 #[cfg(feature = "redis")]
 pub use self::redis::{
     RedisEventStore, RedisOpenError, RedisRelay, RedisSessionStore, RedisStoreConfig,
+    RedisTaskStore,
 };
 pub use limits::StoreLimits;
 pub use memory::{MemoryEventStore, MemorySessionStore};
@@ -70,9 +72,11 @@ pub use pipeline::{QUEUED_BYTES as PIPELINE_QUEUED_BYTES, WINDOW as PIPELINE_WIN
 #[cfg(feature = "sqlite")]
 pub use sqlite::{
     Durability, SqliteEventStore, SqliteOpenError, SqliteSessionStore, SqliteStoreConfig,
+    SqliteTaskStore,
 };
 pub(crate) use stores::StartTasks;
 pub use stores::Stores;
+pub use tasks::{MemoryTaskStore, TaskChange, TaskRecord, TaskStatus, TaskStore};
 
 /// The principal of requests made without authentication.
 pub const ANONYMOUS_PRINCIPAL: &str = "default";

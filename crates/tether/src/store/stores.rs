@@ -1,6 +1,6 @@
-//! [`Stores`]: the bundle a server runs on — the event store, the session store, and, for a
-//! store that several nodes share, the relay between them — opened the same way for every
-//! backend.
+//! [`Stores`]: the bundle a server runs on — the event store, the session store, the task
+//! store, and, for a store that several nodes share, the relay between them — opened the same
+//! way for every backend.
 //!
 //! Each constructor opens one backend with the same [`StoreLimits`] and returns the bundle;
 //! the server takes it whole, so the three parts always belong together. Background work a
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::relay::Relay;
+use super::tasks::{MemoryTaskStore, TaskStore};
 use super::{EventStore, MemoryEventStore, MemorySessionStore, SessionStore, StoreLimits};
 
 /// Shortest period of the memory store's retention sweeper, whatever its retention.
@@ -37,6 +38,7 @@ pub(crate) type StartTasks = Box<dyn FnOnce() + Send>;
 pub struct Stores {
     pub(crate) events: Arc<dyn EventStore>,
     pub(crate) sessions: Arc<dyn SessionStore>,
+    pub(crate) tasks: Arc<dyn TaskStore>,
     pub(crate) relay: Option<Arc<dyn Relay>>,
     pub(crate) start: Option<StartTasks>,
 }
@@ -62,6 +64,7 @@ impl Stores {
         Self {
             events,
             sessions: Arc::new(MemorySessionStore::new()),
+            tasks: Arc::new(MemoryTaskStore::new()),
             relay: None,
             start: Some(Box::new(move || drop(sweeper.spawn_sweeper(period)))),
         }
@@ -91,8 +94,12 @@ impl Stores {
     /// As for [`Stores::sqlite`].
     #[cfg(feature = "sqlite")]
     pub fn sqlite_with(config: super::SqliteStoreConfig) -> Result<Self, super::SqliteOpenError> {
+        let path = config.path.clone();
         let (events, sessions) = super::sqlite::open(config)?;
-        Ok(Self::custom(Arc::new(events), Arc::new(sessions)))
+        let tasks = sessions
+            .task_store()
+            .map_err(|source| super::SqliteOpenError::Tasks { path, source })?;
+        Ok(Self::custom(Arc::new(events), Arc::new(sessions)).with_tasks(Arc::new(tasks)))
     }
 
     /// The Redis stores at `url` (`redis://[user:password@]host:port[/db]`) with the default
@@ -122,22 +129,43 @@ impl Stores {
     pub async fn redis_with(
         config: super::RedisStoreConfig,
     ) -> Result<Self, super::RedisOpenError> {
+        let url = config.url.clone();
         let (events, sessions) = super::redis::open(config).await?;
         let relay = events.relay();
-        Ok(Self::custom(Arc::new(events), Arc::new(sessions)).with_relay(Arc::new(relay)))
+        let tasks =
+            sessions
+                .task_store()
+                .await
+                .map_err(|error| super::RedisOpenError::Connect {
+                    url,
+                    reason: error.to_string(),
+                })?;
+        Ok(Self::custom(Arc::new(events), Arc::new(sessions))
+            .with_relay(Arc::new(relay))
+            .with_tasks(Arc::new(tasks)))
     }
 
     /// Stores of your own: any [`EventStore`] and [`SessionStore`] (which must share their
-    /// backend: a session's events go with it). Start any background work they need
+    /// backend: a session's events go with it), with tasks in memory until
+    /// [`with_tasks`](Self::with_tasks) says otherwise. Start any background work they need
     /// yourself.
     #[must_use]
     pub fn custom(events: Arc<dyn EventStore>, sessions: Arc<dyn SessionStore>) -> Self {
         Self {
             events,
             sessions,
+            tasks: Arc::new(MemoryTaskStore::new()),
             relay: None,
             start: None,
         }
+    }
+
+    /// Keeps tasks in `tasks` (the same backend as the events, for tasks that survive what
+    /// the events survive). Replaces the task store set before.
+    #[must_use]
+    pub fn with_tasks(mut self, tasks: Arc<dyn TaskStore>) -> Self {
+        self.tasks = tasks;
+        self
     }
 
     /// Lets servers on these stores share them: requests for a session whose handler runs on
@@ -159,6 +187,12 @@ impl Stores {
     #[must_use]
     pub fn sessions(&self) -> &Arc<dyn SessionStore> {
         &self.sessions
+    }
+
+    /// The task store (the tasks extension's tasks).
+    #[must_use]
+    pub fn tasks(&self) -> &Arc<dyn TaskStore> {
+        &self.tasks
     }
 
     /// The relay, for stores that several nodes share.

@@ -23,6 +23,7 @@ use tether_proto::jsonrpc::RequestId;
 use tether_proto::version::ProtocolVersion;
 use tokio::time::timeout;
 
+use super::tasks::{TaskChange, TaskRecord, TaskStatus, TaskStore};
 use super::{
     EventStore, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError, StoredEvent,
     StreamKind, StreamOwner,
@@ -1399,5 +1400,305 @@ pub async fn reopen_keeps_the_sealing_key<O: AsyncFn() -> Stores>(open: &O) {
         sessions.sealing_key().await.expect("a sealing key"),
         first,
         "the key outlives the process"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The task store's checks
+
+/// Expands to one `#[tokio::test]` per task-store check, for the backend `new_tasks` makes (a
+/// fresh, empty store each call); `durable new_opener` adds the checks of a store that
+/// outlives its process (each call of the opener opens the same location again).
+///
+/// ```ignore
+/// async fn new_tasks() -> Arc<dyn TaskStore> { /* a fresh, empty store */ }
+/// tether::task_store_suite!(new_tasks);
+/// fn new_opener() -> impl AsyncFn() -> Arc<dyn TaskStore> { /* opens one location */ }
+/// tether::task_store_suite!(durable new_opener);
+/// ```
+#[macro_export]
+macro_rules! task_store_suite {
+    (durable $new_opener:expr $(,)?) => {
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn tasks_reopen_keeps_tasks_and_fails_the_running_ones() {
+            let open = $new_opener();
+            $crate::store::suite::tasks_reopen_keeps_tasks_and_fails_the_running_ones(&open).await;
+        }
+    };
+    ($new_tasks:expr $(,)?) => {
+        $crate::__task_store_suite_tests!(
+            $new_tasks,
+            [
+                tasks_are_readable_by_their_principal_only,
+                tasks_follow_questions_answers_and_cancellation,
+                tasks_wake_waiters_on_every_change,
+                tasks_expire_with_their_ttl,
+            ]
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __task_store_suite_tests {
+    ($new_tasks:expr, [$($check:ident),* $(,)?]) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                $crate::store::suite::$check(&$new_tasks).await;
+            }
+        )*
+    };
+}
+
+fn task_of(principal: &str) -> TaskRecord {
+    TaskRecord::new(
+        Arc::from(principal),
+        Some(Duration::from_secs(60)),
+        Some(Duration::from_millis(500)),
+    )
+}
+
+fn questions(keys: &[&str]) -> serde_json::Map<String, serde_json::Value> {
+    keys.iter()
+        .map(|key| {
+            (
+                (*key).to_owned(),
+                serde_json::json!({"method": "elicitation/create", "params": {"message": key}}),
+            )
+        })
+        .collect()
+}
+
+/// A created task reads back whole for its principal, and as nothing for anyone else, an
+/// unknown id included; the per-principal count sees it.
+pub async fn tasks_are_readable_by_their_principal_only<T: AsyncFn() -> Arc<dyn TaskStore>>(
+    new_tasks: &T,
+) {
+    let store = new_tasks().await;
+    let task = task_of("alice");
+    store.create(&task).await.expect("create");
+    assert_eq!(
+        store.get(&task.id, "alice").await.expect("get"),
+        Some(task.clone())
+    );
+    assert_eq!(store.get(&task.id, "bob").await.expect("get"), None);
+    let unknown = tether_proto::ids::TaskId::generate();
+    assert_eq!(store.get(&unknown, "alice").await.expect("get"), None);
+    assert!(
+        !store
+            .answer(&task.id, "bob", questions(&["x"]))
+            .await
+            .expect("answer")
+    );
+    assert!(!store.cancel(&task.id, "bob").await.expect("cancel"));
+    assert!(
+        store
+            .change(&unknown, TaskChange::cancelled())
+            .await
+            .expect("change")
+            .is_none()
+    );
+    assert_eq!(store.count_for("alice").await.expect("count"), 1);
+    assert_eq!(store.count_for("bob").await.expect("count"), 0);
+}
+
+/// Questions make the task `input_required`; a partial answer leaves the other pending; the
+/// handler takes answers; a cancellation is recorded; a terminal task keeps its outcome.
+pub async fn tasks_follow_questions_answers_and_cancellation<T: AsyncFn() -> Arc<dyn TaskStore>>(
+    new_tasks: &T,
+) {
+    let store = new_tasks().await;
+    let task = task_of("alice");
+    store.create(&task).await.expect("create");
+    let asked = store
+        .change(&task.id, TaskChange::ask(questions(&["a", "b"])))
+        .await
+        .expect("change")
+        .expect("the task");
+    assert_eq!(asked.status, TaskStatus::InputRequired);
+    assert!(asked.version > task.version);
+    let mut answer = questions(&["a", "unknown"]);
+    answer.insert("a".into(), serde_json::json!({"action": "accept"}));
+    assert!(
+        store
+            .answer(&task.id, "alice", answer)
+            .await
+            .expect("answer")
+    );
+    let read = store
+        .get(&task.id, "alice")
+        .await
+        .expect("get")
+        .expect("the task");
+    assert_eq!(read.status, TaskStatus::InputRequired);
+    assert_eq!(read.input_requests.keys().collect::<Vec<_>>(), ["b"]);
+    assert_eq!(
+        read.input_responses["a"],
+        serde_json::json!({"action": "accept"})
+    );
+    let taken = store
+        .change(&task.id, TaskChange::take(vec!["a".into()]))
+        .await
+        .expect("change")
+        .expect("the task");
+    assert!(taken.input_responses.is_empty());
+    assert!(store.cancel(&task.id, "alice").await.expect("cancel"));
+    assert!(
+        store
+            .get(&task.id, "alice")
+            .await
+            .expect("get")
+            .expect("the task")
+            .cancel_requested
+    );
+    let done = store
+        .change(&task.id, TaskChange::cancelled())
+        .await
+        .expect("change")
+        .expect("the task");
+    assert_eq!(done.status, TaskStatus::Cancelled);
+    let later = store
+        .change(
+            &task.id,
+            TaskChange::completed(serde_json::json!({"content": []})),
+        )
+        .await
+        .expect("change")
+        .expect("the task");
+    assert_eq!(
+        later.status,
+        TaskStatus::Cancelled,
+        "a terminal task stays as it ended"
+    );
+    assert!(
+        store.cancel(&task.id, "alice").await.expect("cancel"),
+        "still found"
+    );
+}
+
+/// A waiter after a version wakes on each kind of change, and at once when it is already
+/// past.
+pub async fn tasks_wake_waiters_on_every_change<T: AsyncFn() -> Arc<dyn TaskStore>>(new_tasks: &T) {
+    let store = new_tasks().await;
+    let task = task_of("alice");
+    store.create(&task).await.expect("create");
+    let mut version = task.version;
+    for step in 0..3 {
+        let waiter = tokio::spawn({
+            let store = Arc::clone(&store);
+            let id = task.id;
+            async move { store.wait_for_change(&id, version).await }
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiter.is_finished(), "step {step}: nothing changed yet");
+        match step {
+            0 => {
+                store
+                    .change(&task.id, TaskChange::ask(questions(&["q"])))
+                    .await
+                    .expect("change");
+            }
+            1 => {
+                store
+                    .answer(&task.id, "alice", questions(&["q"]))
+                    .await
+                    .expect("answer");
+            }
+            _ => {
+                store.cancel(&task.id, "alice").await.expect("cancel");
+            }
+        }
+        timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter woke")
+            .unwrap()
+            .expect("wait");
+        version = store
+            .get(&task.id, "alice")
+            .await
+            .expect("get")
+            .expect("the task")
+            .version;
+    }
+    timeout(
+        Duration::from_secs(1),
+        store.wait_for_change(&task.id, version - 1),
+    )
+    .await
+    .expect("already past: at once")
+    .expect("wait");
+}
+
+/// A task past its TTL reads as gone, and after the sweep (or the backend's own expiry) is
+/// counted no more; one without a TTL stays.
+pub async fn tasks_expire_with_their_ttl<T: AsyncFn() -> Arc<dyn TaskStore>>(new_tasks: &T) {
+    let store = new_tasks().await;
+    let short = TaskRecord::new(Arc::from("alice"), Some(Duration::from_millis(50)), None);
+    let forever = TaskRecord::new(Arc::from("alice"), None, None);
+    store.create(&short).await.expect("create");
+    store.create(&forever).await.expect("create");
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(store.get(&short.id, "alice").await.expect("get"), None);
+    store.remove_expired().await.expect("sweep");
+    assert!(
+        store
+            .get(&forever.id, "alice")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    assert_eq!(store.count_for("alice").await.expect("count"), 1);
+}
+
+/// After a reopen every task is there; the ones that were running are `failed` with
+/// `server_restarted` (reported once), the ended ones unchanged.
+pub async fn tasks_reopen_keeps_tasks_and_fails_the_running_ones<
+    O: AsyncFn() -> Arc<dyn TaskStore>,
+>(
+    open: &O,
+) {
+    let running = task_of("alice");
+    let waiting = task_of("alice");
+    let done = task_of("alice");
+    let done_record = {
+        let store = open().await;
+        for task in [&running, &waiting, &done] {
+            store.create(task).await.expect("create");
+        }
+        store
+            .change(&waiting.id, TaskChange::ask(questions(&["q"])))
+            .await
+            .expect("change");
+        store
+            .change(
+                &done.id,
+                TaskChange::completed(serde_json::json!({"content": []})),
+            )
+            .await
+            .expect("change")
+            .expect("the task")
+    };
+    let store = open().await;
+    let mut failed = store.fail_orphans().await.expect("orphans");
+    failed.sort();
+    let mut expected = vec![running.id, waiting.id];
+    expected.sort();
+    assert_eq!(failed, expected);
+    for id in [running.id, waiting.id] {
+        let task = store.get(&id, "alice").await.expect("get").expect("kept");
+        assert_eq!(task.status, TaskStatus::Failed);
+        assert_eq!(
+            task.error.expect("an error")["data"]["reason"],
+            super::tasks::SERVER_RESTARTED
+        );
+    }
+    assert_eq!(
+        store.get(&done.id, "alice").await.expect("get"),
+        Some(done_record)
+    );
+    assert!(
+        store.fail_orphans().await.expect("orphans").is_empty(),
+        "once"
     );
 }

@@ -38,6 +38,12 @@ mod suite {
 
     tether::store_suite!(new_events, new_sessions);
 
+    async fn new_tasks() -> Arc<dyn tether::store::TaskStore> {
+        Arc::new(tether::store::MemoryTaskStore::new())
+    }
+
+    tether::task_store_suite!(new_tasks);
+
     /// The same checks on one thread under paused time, the way the server's tests run.
     #[tokio::test(start_paused = true)]
     async fn whole_suite_passes_under_paused_time() {

@@ -123,6 +123,25 @@ fn new_opener() -> impl AsyncFn() -> Stores {
 
 tether::store_suite!(durable new_opener);
 
+async fn new_tasks() -> Arc<dyn tether::store::TaskStore> {
+    let (_events, sessions) = redis::open(config(&fresh_prefix())).await.expect("open");
+    Arc::new(sessions.task_store().await.expect("the tasks"))
+}
+
+tether::task_store_suite!(new_tasks);
+
+/// Opens one new key prefix's task store, again on each call, as the same node.
+fn new_task_opener() -> impl AsyncFn() -> Arc<dyn tether::store::TaskStore> {
+    let prefix = fresh_prefix();
+    async move || {
+        let (_events, sessions) = redis::open(config(&prefix)).await.expect("open");
+        Arc::new(sessions.task_store().await.expect("the tasks"))
+            as Arc<dyn tether::store::TaskStore>
+    }
+}
+
+tether::task_store_suite!(durable new_task_opener);
+
 const RETRY: Duration = Duration::from_secs(1);
 
 fn owner() -> StreamOwner {

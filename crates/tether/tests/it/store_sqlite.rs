@@ -58,6 +58,25 @@ fn new_opener() -> impl AsyncFn() -> Stores {
 
 tether::store_suite!(durable new_opener);
 
+async fn new_tasks() -> Arc<dyn tether::store::TaskStore> {
+    let (_events, sessions) = sqlite::open(config_in(temp_dir().path())).expect("open");
+    Arc::new(sessions.task_store().expect("the tasks"))
+}
+
+tether::task_store_suite!(new_tasks);
+
+/// Opens one new temporary database's task store, again on each call (the previous one
+/// dropped first: one process opens a file at a time).
+fn new_task_opener() -> impl AsyncFn() -> Arc<dyn tether::store::TaskStore> {
+    let dir = temp_dir();
+    async move || {
+        let (_events, sessions) = sqlite::open(config_in(dir.path())).expect("open");
+        Arc::new(sessions.task_store().expect("the tasks")) as Arc<dyn tether::store::TaskStore>
+    }
+}
+
+tether::task_store_suite!(durable new_task_opener);
+
 #[tokio::test]
 async fn a_store_open_in_this_process_cannot_be_opened_twice() {
     let dir = TempDir::new().unwrap();

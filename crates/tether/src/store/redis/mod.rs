@@ -80,6 +80,9 @@
 
 mod relay;
 mod scripts;
+mod tasks;
+
+pub use tasks::RedisTaskStore;
 mod wake;
 
 use crate::lock as guard;
@@ -1232,6 +1235,19 @@ impl EventStore for RedisEventStore {
         let mut orphans = std::mem::take(&mut *guard(&inner.orphans));
         orphans.extend(claimed);
         Ok(orphans)
+    }
+}
+
+impl RedisSessionStore {
+    /// The task store of the same Redis, prefix and node. Make it once per open store: the
+    /// tasks this node's earlier process left unfinished are its to fail
+    /// ([`TaskStore::fail_orphans`](crate::store::TaskStore::fail_orphans)).
+    ///
+    /// # Errors
+    ///
+    /// When Redis cannot be reached.
+    pub async fn task_store(&self) -> Result<RedisTaskStore, StoreError> {
+        RedisTaskStore::open(Arc::clone(&self.inner)).await
     }
 }
 

@@ -89,10 +89,12 @@ use super::{
 
 mod reads;
 mod schema;
+mod tasks;
 mod writer;
 
 use reads::read;
 use schema::{Checkpointer, lock_store, open_reader, open_writer};
+pub use tasks::SqliteTaskStore;
 use writer::{Command, Progress, Started, Writer};
 
 /// How SQLite syncs commits to disk (`PRAGMA synchronous`, always in WAL mode).
@@ -157,6 +159,14 @@ pub enum SqliteOpenError {
     InUse {
         /// The database file.
         path: PathBuf,
+    },
+    /// The file's tasks could not be read (a record that is not a task's).
+    #[error("cannot read the tasks of SQLite store {}: {source}", path.display())]
+    Tasks {
+        /// The database file.
+        path: PathBuf,
+        /// What went wrong.
+        source: StoreError,
     },
     /// The lock file next to the database could not be created.
     #[error("cannot create the lock file {}: {source}", path.display())]
@@ -591,6 +601,19 @@ impl EventStore for SqliteEventStore {
 
     async fn orphaned_streams(&self) -> Result<Vec<OrphanedStream>, StoreError> {
         Ok(std::mem::take(&mut *guard(&self.inner.orphans)))
+    }
+}
+
+impl SqliteSessionStore {
+    /// The task store of the same file, its tasks loaded. Make it once per open store: the
+    /// tasks left unfinished by an earlier process are its to fail
+    /// ([`TaskStore::fail_orphans`](crate::store::TaskStore::fail_orphans)).
+    ///
+    /// # Errors
+    ///
+    /// When the file's tasks cannot be read.
+    pub fn task_store(&self) -> Result<SqliteTaskStore, StoreError> {
+        SqliteTaskStore::load(Arc::clone(&self.inner))
     }
 }
 

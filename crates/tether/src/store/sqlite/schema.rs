@@ -108,6 +108,10 @@ pub(super) fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connec
              session TEXT NOT NULL
          );
          CREATE INDEX IF NOT EXISTS tombstones_by_session ON tombstones (session);
+         CREATE TABLE IF NOT EXISTS tasks (
+             id TEXT PRIMARY KEY NOT NULL,
+             record TEXT NOT NULL
+         );
          CREATE TABLE IF NOT EXISTS sessions (
              id TEXT PRIMARY KEY NOT NULL,
              version TEXT NOT NULL,

@@ -79,7 +79,14 @@ pub(super) enum Command {
         idle: Duration,
         reply: Reply<Vec<SessionId>>,
     },
+    /// Statements of another store kept in the same file (the task store): run inside the
+    /// writer's transaction; the answer it returns is told the commit's outcome.
+    Run(Statements),
 }
+
+/// What a [`Command::Run`] executes: statements on the writer's connection, returning the
+/// answer to hold until the commit.
+pub(super) type Statements = Box<dyn FnOnce(&Connection) -> Sql<Answer> + Send>;
 
 impl Command {
     /// Answers a command that was not applied with `error`.
@@ -101,6 +108,8 @@ impl Command {
             Self::Usage { reply, .. } => drop(reply.send(Err(error))),
             Self::RemoveRecord { reply, .. } => drop(reply.send(Err(error))),
             Self::ExpireIdle { reply, .. } => drop(reply.send(Err(error))),
+            // Its reply is dropped with it: the caller hears that the writer stopped.
+            Self::Run(_) => {}
         }
     }
 }
@@ -551,6 +560,7 @@ impl Writer {
             self.insert_pending()?;
         }
         Ok(match command {
+            Command::Run(run) => run(&self.conn)?,
             Command::CreateStream {
                 owner,
                 kind,

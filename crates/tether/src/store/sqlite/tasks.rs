@@ -1,0 +1,259 @@
+//! [`SqliteTaskStore`]: tasks in the same SQLite file as the events and sessions, written by
+//! the same writer thread.
+//!
+//! Each task is one row (`tasks(id, record)`, the record as JSON). Reads never touch the file:
+//! the store keeps every record in memory, loaded when the store is made and replaced after
+//! each commit, so a `tasks/get` costs a map look-up. Changes are read-modify-write under one
+//! async lock (tasks change seldom; a commit each is fine), applied with the module-level rules
+//! of [`crate::store::tasks`], committed by the writer, and only then visible and published to
+//! waiters: what `get` returns is durable, which is what `CreateTaskResult` waits for. The
+//! tasks that were not terminal when the store opened belong to a process that died: they are
+//! the ones [`TaskStore::fail_orphans`] ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::params;
+use serde_json::{Map, Value};
+use tether_proto::ids::TaskId;
+use tokio::sync::watch;
+
+use super::Inner;
+use super::writer::Command;
+use crate::lock as guard;
+use crate::store::tasks::{
+    TaskChange, TaskRecord, TaskStore, apply_answers, apply_cancel, apply_change, apply_restarted,
+    now_ms,
+};
+use crate::store::{StoreError, StoreFailure};
+
+/// The SQLite [`TaskStore`]. Made by
+/// [`SqliteSessionStore::task_store`](super::SqliteSessionStore::task_store).
+pub struct SqliteTaskStore {
+    inner: Arc<Inner>,
+    /// Every task in the file, as last committed, with its waiters' watch.
+    tasks: Mutex<HashMap<TaskId, (TaskRecord, watch::Sender<u64>)>>,
+    /// Tasks found unfinished when the store opened, not yet failed.
+    orphans: Mutex<Vec<TaskId>>,
+    /// One read-modify-write at a time.
+    writing: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for SqliteTaskStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteTaskStore")
+            .field("path", &self.inner.config.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Unavailable(StoreFailure::new(error))
+}
+
+impl SqliteTaskStore {
+    /// Loads the file's tasks.
+    pub(super) fn load(inner: Arc<Inner>) -> Result<Self, StoreError> {
+        let conn = super::open_reader(&inner.config.path).map_err(unavailable)?;
+        let mut statement = conn
+            .prepare("SELECT record FROM tasks")
+            .map_err(unavailable)?;
+        let rows = statement
+            .query_map([], |row| row.get::<_, String>(0))
+            .map_err(unavailable)?;
+        let mut tasks = HashMap::new();
+        let mut orphans = Vec::new();
+        for row in rows {
+            let text = row.map_err(unavailable)?;
+            let record: TaskRecord = serde_json::from_str(&text).map_err(unavailable)?;
+            if !record.status.is_terminal() {
+                orphans.push(record.id);
+            }
+            let (tx, _) = watch::channel(record.version);
+            tasks.insert(record.id, (record, tx));
+        }
+        Ok(Self {
+            inner,
+            tasks: Mutex::new(tasks),
+            orphans: Mutex::new(orphans),
+            writing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Commits `records` (written whole) and `removed` in one transaction of the writer, then
+    /// makes them visible and wakes their waiters.
+    async fn commit(
+        &self,
+        records: Vec<TaskRecord>,
+        removed: Vec<TaskId>,
+    ) -> Result<(), StoreError> {
+        let rows: Vec<(String, String)> = records
+            .iter()
+            .map(|record| {
+                let text = serde_json::to_string(record).expect("a task record serializes");
+                (record.id.to_string(), text)
+            })
+            .collect();
+        let gone: Vec<String> = removed.iter().map(ToString::to_string).collect();
+        self.inner
+            .write(move |reply| {
+                Command::Run(Box::new(move |conn| {
+                    for (id, text) in &rows {
+                        conn.prepare_cached(
+                            "INSERT INTO tasks (id, record) VALUES (?1, ?2)
+                             ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+                        )?
+                        .execute(params![id, text])?;
+                    }
+                    for id in &gone {
+                        conn.prepare_cached("DELETE FROM tasks WHERE id = ?1")?
+                            .execute(params![id])?;
+                    }
+                    Ok(super::writer::answer(reply, Ok(())))
+                }))
+            })
+            .await?;
+        let mut tasks = guard(&self.tasks);
+        for record in records {
+            let version = record.version;
+            match tasks.get_mut(&record.id) {
+                Some((stored, tx)) => {
+                    *stored = record;
+                    tx.send_replace(version);
+                }
+                None => {
+                    let (tx, _) = watch::channel(version);
+                    tasks.insert(record.id, (record, tx));
+                }
+            }
+        }
+        for id in removed {
+            // Dropping the sender ends every wait on it.
+            tasks.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// The live task `id` (of `principal`, when given), as committed.
+    fn current(&self, id: &TaskId, principal: Option<&str>) -> Option<TaskRecord> {
+        let tasks = guard(&self.tasks);
+        let (record, _) = tasks.get(id)?;
+        let visible =
+            principal.is_none_or(|p| *record.principal == *p) && !record.expired_at(now_ms());
+        visible.then(|| record.clone())
+    }
+
+    /// Read-modify-write of task `id`: `f` changes a copy; a changed copy is committed.
+    async fn modify(
+        &self,
+        id: &TaskId,
+        principal: Option<&str>,
+        f: impl FnOnce(&mut TaskRecord) -> bool,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let _writing = self.writing.lock().await;
+        let Some(mut record) = self.current(id, principal) else {
+            return Ok(None);
+        };
+        if f(&mut record) {
+            self.commit(vec![record.clone()], Vec::new()).await?;
+        }
+        Ok(Some(record))
+    }
+}
+
+#[async_trait]
+impl TaskStore for SqliteTaskStore {
+    /// Returns after the commit: a `get` then finds it, in this process and after a restart.
+    async fn create(&self, record: &TaskRecord) -> Result<(), StoreError> {
+        let _writing = self.writing.lock().await;
+        self.commit(vec![record.clone()], Vec::new()).await
+    }
+
+    async fn get(&self, id: &TaskId, principal: &str) -> Result<Option<TaskRecord>, StoreError> {
+        Ok(self.current(id, Some(principal)))
+    }
+
+    async fn change(
+        &self,
+        id: &TaskId,
+        change: TaskChange,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        self.modify(id, None, |record| apply_change(record, change, now_ms()))
+            .await
+    }
+
+    async fn answer(
+        &self,
+        id: &TaskId,
+        principal: &str,
+        responses: Map<String, Value>,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .modify(id, Some(principal), |record| {
+                apply_answers(record, responses, now_ms())
+            })
+            .await?
+            .is_some())
+    }
+
+    async fn cancel(&self, id: &TaskId, principal: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .modify(id, Some(principal), |record| apply_cancel(record, now_ms()))
+            .await?
+            .is_some())
+    }
+
+    async fn wait_for_change(&self, id: &TaskId, after: u64) -> Result<(), StoreError> {
+        let mut rx = match guard(&self.tasks).get(id) {
+            Some((_, tx)) => tx.subscribe(),
+            None => return Ok(()),
+        };
+        let _ = rx.wait_for(|version| *version > after).await;
+        Ok(())
+    }
+
+    async fn count_for(&self, principal: &str) -> Result<usize, StoreError> {
+        let now = now_ms();
+        Ok(guard(&self.tasks)
+            .values()
+            .filter(|(record, _)| *record.principal == *principal && !record.expired_at(now))
+            .count())
+    }
+
+    async fn remove_expired(&self) -> Result<usize, StoreError> {
+        let _writing = self.writing.lock().await;
+        let now = now_ms();
+        let expired: Vec<TaskId> = guard(&self.tasks)
+            .values()
+            .filter(|(record, _)| record.expired_at(now))
+            .map(|(record, _)| record.id)
+            .collect();
+        let count = expired.len();
+        if count > 0 {
+            self.commit(Vec::new(), expired).await?;
+        }
+        Ok(count)
+    }
+
+    async fn fail_orphans(&self) -> Result<Vec<TaskId>, StoreError> {
+        let _writing = self.writing.lock().await;
+        let orphans = std::mem::take(&mut *guard(&self.orphans));
+        let now = now_ms();
+        let mut failed = Vec::new();
+        for id in &orphans {
+            if let Some(mut record) = self.current(id, None)
+                && apply_restarted(&mut record, now)
+            {
+                failed.push(record);
+            }
+        }
+        let ids = failed.iter().map(|record| record.id).collect();
+        if let Err(error) = self.commit(failed, Vec::new()).await {
+            // Not failed after all: the next call tries again.
+            guard(&self.orphans).extend(orphans);
+            return Err(error);
+        }
+        Ok(ids)
+    }
+}

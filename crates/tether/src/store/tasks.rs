@@ -1,0 +1,585 @@
+//! The task store: durable records of the tasks extension's tasks (SEP-2663), the
+//! `TaskStore` of the [`Stores`](super::Stores) bundle.
+//!
+//! A [`TaskRecord`] is everything `tasks/get` answers with and everything the node running the
+//! task and the nodes answering `tasks/update` and `tasks/cancel` share: status, timestamps,
+//! TTL and poll interval, the result or error, the questions pending and the answers given,
+//! a cancellation request, and a version that every change bumps. The rules of a change (which
+//! keys an answer may fill, what a terminal task accepts, what a restart does to a running
+//! task, when a task has expired) are the pure functions of this module, so every backend
+//! applies the same ones and only persists and publishes; the memory backend is here, SQLite's
+//! and Redis's beside their other stores. Another principal's task reads as no task at all.
+//!
+//! Not here: which calls become tasks, running them, or the wire shape of the methods (the
+//! server's).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tether_proto::ids::TaskId;
+use tokio::sync::watch;
+
+use super::StoreError;
+
+/// `error.data.reason` of a task whose process or node died while it ran.
+pub const SERVER_RESTARTED: &str = "server_restarted";
+
+/// A task's status (SEP-2663).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TaskStatus {
+    /// Running.
+    Working,
+    /// Waiting for answers to its `inputRequests`.
+    InputRequired,
+    /// Ended with a result (a tool result with `isError: true` included).
+    Completed,
+    /// Ended with a JSON-RPC error.
+    Failed,
+    /// Ended by `tasks/cancel` before completing.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// The wire spelling (`"input_required"`, …).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Working => "working",
+            Self::InputRequired => "input_required",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the task has ended: nothing changes it any more.
+    #[must_use]
+    pub const fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// One task, as every node sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TaskRecord {
+    /// 128 random bits; also the id of the stream holding its events.
+    pub id: TaskId,
+    /// The principal that created it; nobody else sees it.
+    #[serde(with = "arc_str")]
+    pub principal: Arc<str>,
+    /// Where it stands.
+    pub status: TaskStatus,
+    /// A human-readable word on the status (the failure's message, for `failed`).
+    pub status_message: Option<String>,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Time of the last change, milliseconds since the Unix epoch.
+    pub last_updated_at_ms: u64,
+    /// Life from creation in milliseconds, after which it may be discarded; `None`: unlimited.
+    pub ttl_ms: Option<u64>,
+    /// How often a client should poll, in milliseconds.
+    pub poll_interval_ms: Option<u64>,
+    /// The request's result, once `completed`.
+    pub result: Option<Value>,
+    /// The JSON-RPC error, once `failed`.
+    pub error: Option<Value>,
+    /// The questions waiting for an answer, by key (`{method, params}`).
+    pub input_requests: Map<String, Value>,
+    /// Answers received and not yet taken by the running handler, by key.
+    pub input_responses: Map<String, Value>,
+    /// Every key answered over the task's life (keys are never reused).
+    pub answered: Vec<String>,
+    /// A client asked to cancel it; the running node stops the handler.
+    pub cancel_requested: bool,
+    /// Bumped by every change; waiters compare it.
+    pub version: u64,
+}
+
+impl TaskRecord {
+    /// A new `working` task of `principal`, created now.
+    #[must_use]
+    pub fn new(
+        principal: Arc<str>,
+        ttl: Option<Duration>,
+        poll_interval: Option<Duration>,
+    ) -> Self {
+        let now = now_ms();
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            id: TaskId::generate(),
+            principal,
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: now,
+            last_updated_at_ms: now,
+            ttl_ms: ttl.map(ms),
+            poll_interval_ms: poll_interval.map(ms),
+            result: None,
+            error: None,
+            input_requests: Map::new(),
+            input_responses: Map::new(),
+            answered: Vec::new(),
+            cancel_requested: false,
+            version: 1,
+        }
+    }
+
+    /// Whether its TTL has run out at `now_ms`.
+    #[must_use]
+    pub fn expired_at(&self, now_ms: u64) -> bool {
+        self.ttl_ms
+            .is_some_and(|ttl| now_ms >= self.created_at_ms.saturating_add(ttl))
+    }
+
+    fn touch(&mut self, now_ms: u64) {
+        self.version += 1;
+        self.last_updated_at_ms = now_ms.max(self.last_updated_at_ms);
+    }
+}
+
+/// What the node running a task changes.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct TaskChange {
+    /// The new status.
+    pub status: Option<TaskStatus>,
+    /// The new status message.
+    pub status_message: Option<String>,
+    /// The result (with `completed`).
+    pub result: Option<Value>,
+    /// The error (with `failed`).
+    pub error: Option<Value>,
+    /// Questions to add to the pending ones.
+    pub ask: Map<String, Value>,
+    /// Answers the handler has taken, removed from `input_responses`.
+    pub taken: Vec<String>,
+}
+
+impl TaskChange {
+    /// The task ends `completed` with `result`.
+    #[must_use]
+    pub fn completed(result: Value) -> Self {
+        Self {
+            status: Some(TaskStatus::Completed),
+            result: Some(result),
+            ..Self::default()
+        }
+    }
+
+    /// The task ends `failed` with the JSON-RPC `error` (its message as the status message).
+    #[must_use]
+    pub fn failed(error: Value) -> Self {
+        Self {
+            status: Some(TaskStatus::Failed),
+            status_message: error["message"].as_str().map(str::to_owned),
+            error: Some(error),
+            ..Self::default()
+        }
+    }
+
+    /// The task ends `cancelled`.
+    #[must_use]
+    pub fn cancelled() -> Self {
+        Self {
+            status: Some(TaskStatus::Cancelled),
+            ..Self::default()
+        }
+    }
+
+    /// The task asks `questions` (`{key: {method, params}}`): `input_required` until answered.
+    #[must_use]
+    pub fn ask(questions: Map<String, Value>) -> Self {
+        Self {
+            ask: questions,
+            ..Self::default()
+        }
+    }
+
+    /// The handler took the answers under `keys`.
+    #[must_use]
+    pub fn take(keys: Vec<String>) -> Self {
+        Self {
+            taken: keys,
+            ..Self::default()
+        }
+    }
+}
+
+/// Applies `change` to `record` at `now_ms`; `false` (nothing changed) for a terminal task.
+/// Questions whose keys were ever asked or answered are not asked again.
+pub fn apply_change(record: &mut TaskRecord, change: TaskChange, now_ms: u64) -> bool {
+    if record.status.is_terminal() {
+        return false;
+    }
+    for key in &change.taken {
+        record.input_responses.remove(key);
+    }
+    for (key, question) in change.ask {
+        if !record.answered.contains(&key) {
+            record.input_requests.entry(key).or_insert(question);
+        }
+    }
+    if let Some(message) = change.status_message {
+        record.status_message = Some(message);
+    }
+    match change.status {
+        Some(status) if status.is_terminal() => {
+            record.status = status;
+            record.result = change.result;
+            record.error = change.error;
+            record.input_requests.clear();
+            record.input_responses.clear();
+        }
+        Some(status) => record.status = status,
+        None => {}
+    }
+    if !record.status.is_terminal() {
+        record.status = if record.input_requests.is_empty() {
+            TaskStatus::Working
+        } else {
+            TaskStatus::InputRequired
+        };
+    }
+    record.touch(now_ms);
+    true
+}
+
+/// Applies a client's `tasks/update` answers at `now_ms`: each key that is pending fills its
+/// question (the question leaves `inputRequests`, the answer waits for the handler); unknown
+/// and already-answered keys are ignored. Returns whether anything changed.
+pub fn apply_answers(record: &mut TaskRecord, responses: Map<String, Value>, now_ms: u64) -> bool {
+    if record.status.is_terminal() {
+        return false;
+    }
+    let mut changed = false;
+    for (key, answer) in responses {
+        if record.input_requests.remove(&key).is_some() {
+            record.answered.push(key.clone());
+            record.input_responses.insert(key, answer);
+            changed = true;
+        }
+    }
+    if changed {
+        if record.input_requests.is_empty() {
+            record.status = TaskStatus::Working;
+        }
+        record.touch(now_ms);
+    }
+    changed
+}
+
+/// Records a cancellation request at `now_ms`; `false` for a terminal task or one already
+/// asked.
+pub fn apply_cancel(record: &mut TaskRecord, now_ms: u64) -> bool {
+    if record.status.is_terminal() || record.cancel_requested {
+        return false;
+    }
+    record.cancel_requested = true;
+    record.touch(now_ms);
+    true
+}
+
+/// Ends a task whose process or node died while it ran: `failed` with -32603 and
+/// `data.reason` [`SERVER_RESTARTED`]. `false` for a terminal task.
+pub fn apply_restarted(record: &mut TaskRecord, now_ms: u64) -> bool {
+    apply_change(
+        record,
+        TaskChange::failed(json!({
+            "code": tether_proto::jsonrpc::INTERNAL_ERROR,
+            "message": "the server running this task restarted",
+            "data": {"reason": SERVER_RESTARTED},
+        })),
+        now_ms,
+    )
+}
+
+/// `Arc<str>` as a JSON string (serde's `rc` feature is not on).
+mod arc_str {
+    use std::sync::Arc;
+
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(value)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        String::deserialize(d).map(Arc::from)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+#[must_use]
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Where tasks live (see the module docs). Every method that names a principal treats another
+/// principal's task as missing.
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// Stores a new task. Returns once a [`get`](Self::get) on any node would find it: a
+    /// server sends `CreateTaskResult` only after this.
+    async fn create(&self, record: &TaskRecord) -> Result<(), StoreError>;
+
+    /// The task, if it exists, is `principal`'s and has not expired.
+    async fn get(&self, id: &TaskId, principal: &str) -> Result<Option<TaskRecord>, StoreError>;
+
+    /// The running node's change ([`apply_change`]); the record as it stands after it, or
+    /// `None` when the task is gone.
+    async fn change(
+        &self,
+        id: &TaskId,
+        change: TaskChange,
+    ) -> Result<Option<TaskRecord>, StoreError>;
+
+    /// A client's answers ([`apply_answers`]); `false` when there is no such task for
+    /// `principal`.
+    async fn answer(
+        &self,
+        id: &TaskId,
+        principal: &str,
+        responses: Map<String, Value>,
+    ) -> Result<bool, StoreError>;
+
+    /// A client's cancellation ([`apply_cancel`]); `false` when there is no such task for
+    /// `principal` (a terminal task is still found: cancelling it changes nothing).
+    async fn cancel(&self, id: &TaskId, principal: &str) -> Result<bool, StoreError>;
+
+    /// Completes once the task's version is past `after`, or it is gone.
+    async fn wait_for_change(&self, id: &TaskId, after: u64) -> Result<(), StoreError>;
+
+    /// Tasks of `principal` that exist now (for the per-principal limit).
+    async fn count_for(&self, principal: &str) -> Result<usize, StoreError>;
+
+    /// Removes the tasks whose TTL ran out; how many (0 where the backend expires them by
+    /// itself, as Redis does).
+    async fn remove_expired(&self) -> Result<usize, StoreError>;
+
+    /// Ends ([`apply_restarted`]) every task an earlier process of this store left running,
+    /// once; their ids.
+    async fn fail_orphans(&self) -> Result<Vec<TaskId>, StoreError>;
+}
+
+/// The in-process [`TaskStore`]: a map, and a watch per task for its waiters.
+#[derive(Debug, Default)]
+pub struct MemoryTaskStore {
+    tasks: Mutex<HashMap<TaskId, (TaskRecord, watch::Sender<u64>)>>,
+}
+
+impl MemoryTaskStore {
+    /// An empty store.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies `f` to the live task `id` (of `principal`, when given); publishes a change.
+    fn modify<T>(
+        &self,
+        id: &TaskId,
+        principal: Option<&str>,
+        f: impl FnOnce(&mut TaskRecord) -> T,
+    ) -> Option<T> {
+        let mut tasks = crate::lock(&self.tasks);
+        let (record, tx) = tasks.get_mut(id)?;
+        if principal.is_some_and(|p| *record.principal != *p) || record.expired_at(now_ms()) {
+            return None;
+        }
+        let before = record.version;
+        let out = f(record);
+        if record.version != before {
+            tx.send_replace(record.version);
+        }
+        Some(out)
+    }
+}
+
+#[async_trait]
+impl TaskStore for MemoryTaskStore {
+    async fn create(&self, record: &TaskRecord) -> Result<(), StoreError> {
+        let (tx, _) = watch::channel(record.version);
+        crate::lock(&self.tasks).insert(record.id, (record.clone(), tx));
+        Ok(())
+    }
+
+    async fn get(&self, id: &TaskId, principal: &str) -> Result<Option<TaskRecord>, StoreError> {
+        Ok(self.modify(id, Some(principal), |record| record.clone()))
+    }
+
+    async fn change(
+        &self,
+        id: &TaskId,
+        change: TaskChange,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        Ok(self.modify(id, None, |record| {
+            apply_change(record, change, now_ms());
+            record.clone()
+        }))
+    }
+
+    async fn answer(
+        &self,
+        id: &TaskId,
+        principal: &str,
+        responses: Map<String, Value>,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .modify(id, Some(principal), |record| {
+                apply_answers(record, responses, now_ms());
+            })
+            .is_some())
+    }
+
+    async fn cancel(&self, id: &TaskId, principal: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .modify(id, Some(principal), |record| {
+                apply_cancel(record, now_ms());
+            })
+            .is_some())
+    }
+
+    async fn wait_for_change(&self, id: &TaskId, after: u64) -> Result<(), StoreError> {
+        let mut rx = {
+            let tasks = crate::lock(&self.tasks);
+            match tasks.get(id) {
+                Some((_, tx)) => tx.subscribe(),
+                None => return Ok(()),
+            }
+        };
+        // Ends when the version passes `after`, or the task (its sender) is removed.
+        let _ = rx.wait_for(|version| *version > after).await;
+        Ok(())
+    }
+
+    async fn count_for(&self, principal: &str) -> Result<usize, StoreError> {
+        let now = now_ms();
+        Ok(crate::lock(&self.tasks)
+            .values()
+            .filter(|(record, _)| *record.principal == *principal && !record.expired_at(now))
+            .count())
+    }
+
+    async fn remove_expired(&self) -> Result<usize, StoreError> {
+        let now = now_ms();
+        let mut tasks = crate::lock(&self.tasks);
+        let before = tasks.len();
+        tasks.retain(|_, (record, _)| !record.expired_at(now));
+        Ok(before - tasks.len())
+    }
+
+    /// A memory store starts empty with its process: nothing to fail.
+    async fn fail_orphans(&self) -> Result<Vec<TaskId>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn question(method: &str) -> Value {
+        json!({"method": method, "params": {}})
+    }
+
+    fn asked(keys: &[&str]) -> Map<String, Value> {
+        keys.iter()
+            .map(|key| ((*key).to_owned(), question("elicitation/create")))
+            .collect()
+    }
+
+    #[test]
+    fn questions_make_a_task_input_required_until_every_one_is_answered() {
+        let mut task = TaskRecord::new(Arc::from("p"), None, None);
+        assert!(apply_change(
+            &mut task,
+            TaskChange::ask(asked(&["a", "b"])),
+            1
+        ));
+        assert_eq!(task.status, TaskStatus::InputRequired);
+        let mut answers = Map::new();
+        answers.insert("a".into(), json!({"action": "accept"}));
+        answers.insert("unknown".into(), json!({"ignored": true}));
+        assert!(apply_answers(&mut task, answers.clone(), 2));
+        assert_eq!(task.status, TaskStatus::InputRequired, "b is still pending");
+        assert_eq!(task.input_requests.keys().collect::<Vec<_>>(), ["b"]);
+        assert!(
+            !apply_answers(&mut task, answers, 3),
+            "a is answered already"
+        );
+        let mut b = Map::new();
+        b.insert("b".into(), json!({"action": "decline"}));
+        assert!(apply_answers(&mut task, b, 4));
+        assert_eq!(task.status, TaskStatus::Working);
+        assert_eq!(task.input_responses.len(), 2);
+        // A key answered once is never asked again.
+        apply_change(&mut task, TaskChange::ask(asked(&["a"])), 5);
+        assert_eq!(task.status, TaskStatus::Working);
+        apply_change(&mut task, TaskChange::take(vec!["a".into(), "b".into()]), 6);
+        assert!(task.input_responses.is_empty());
+    }
+
+    #[test]
+    fn a_terminal_task_changes_no_more() {
+        let mut task = TaskRecord::new(Arc::from("p"), None, None);
+        let version = task.version;
+        assert!(apply_change(
+            &mut task,
+            TaskChange::completed(json!({"content": []})),
+            1
+        ));
+        assert!(task.version > version);
+        assert_eq!(task.status, TaskStatus::Completed);
+        let done = task.clone();
+        assert!(!apply_change(&mut task, TaskChange::cancelled(), 2));
+        assert!(!apply_cancel(&mut task, 2));
+        assert!(!apply_restarted(&mut task, 2));
+        assert!(!apply_answers(&mut task, asked(&["a"]), 2));
+        assert_eq!(task, done);
+    }
+
+    #[test]
+    fn a_restart_fails_a_running_task_with_its_reason() {
+        let mut task = TaskRecord::new(Arc::from("p"), None, None);
+        assert!(apply_restarted(&mut task, 9));
+        assert_eq!(task.status, TaskStatus::Failed);
+        assert_eq!(
+            task.error.as_ref().unwrap()["data"]["reason"],
+            SERVER_RESTARTED
+        );
+        assert!(task.status_message.is_some());
+    }
+
+    #[test]
+    fn the_ttl_counts_from_creation() {
+        let mut task = TaskRecord::new(Arc::from("p"), Some(Duration::from_millis(50)), None);
+        task.created_at_ms = 1_000;
+        assert!(!task.expired_at(1_049));
+        assert!(task.expired_at(1_050));
+        task.ttl_ms = None;
+        assert!(!task.expired_at(u64::MAX));
+    }
+
+    #[test]
+    fn statuses_spell_as_the_extension_does() {
+        for (status, text) in [
+            (TaskStatus::Working, "working"),
+            (TaskStatus::InputRequired, "input_required"),
+            (TaskStatus::Completed, "completed"),
+            (TaskStatus::Failed, "failed"),
+            (TaskStatus::Cancelled, "cancelled"),
+        ] {
+            assert_eq!(status.as_str(), text);
+            assert_eq!(serde_json::to_value(status).unwrap(), json!(text));
+        }
+    }
+}
