@@ -37,7 +37,7 @@ use tether::proto::jsonrpc::{ErrorObject, INTERNAL_ERROR, Request};
 use tether::demo::DemoHandler;
 use tether::proto::jsonrpc::tool_call_params;
 use tether::server::{
-    ContextError, Era, Handler, LogLevel, RequestContext, ServerInfo, SessionContext,
+    ContextError, Era, Handler, LogLevel, RequestContext, ServerInfo, SessionContext, TaskSupport,
 };
 
 /// `serverInfo.name` of the conformance fixture server.
@@ -274,6 +274,7 @@ impl ConformanceHandler {
         if let Value::Array(demo) = DemoHandler::tools()["tools"].take() {
             tools.extend(demo);
             tools.extend(crate::stateless::tools());
+            tools.extend(crate::stateless::task_tools());
         }
         json!({ "tools": tools })
     }
@@ -440,12 +441,17 @@ impl ConformanceHandler {
                 Value::Object(arguments.clone())
             ))])),
             "count" | "echo" => self.demo.handle_request(request, context).await,
-            other => match crate::stateless::call(other, &context).await {
-                Some(outcome) => outcome,
-                None => Err(ErrorObject::invalid_params(format!(
-                    "unknown tool: {other}"
-                ))),
-            },
+            other => {
+                if let Some(outcome) = crate::stateless::call(other, &context).await {
+                    return outcome;
+                }
+                match crate::stateless::call_task_tool(other, arguments, &context).await {
+                    Some(outcome) => outcome,
+                    None => Err(ErrorObject::invalid_params(format!(
+                        "unknown tool: {other}"
+                    ))),
+                }
+            }
         }
     }
 
@@ -570,6 +576,19 @@ impl Handler for ConformanceHandler {
             .or_default()
             .client_capabilities = Some(capabilities);
         Ok(self.server_info().initialize_result(&session))
+    }
+
+    fn task_support(&self, call: &Request) -> TaskSupport {
+        let params = call.params.as_ref();
+        let tool = params
+            .and_then(|params| params.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match tool {
+            // The demo's counter runs as a task when the client can follow one.
+            "count" => TaskSupport::Optional,
+            other => crate::stateless::task_support(other, params).unwrap_or_default(),
+        }
     }
 
     fn session_closed(&self, session: &SessionId) {

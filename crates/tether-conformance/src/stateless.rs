@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 use tether::proto::jsonrpc::{ErrorObject, INTERNAL_ERROR};
 use tether::proto::modern::missing_capability;
-use tether::server::{ContextError, LogLevel, RequestContext};
+use tether::server::{ContextError, LogLevel, RequestContext, TaskSupport};
 
 /// The tools, for `tools/list`.
 pub(crate) fn tools() -> Vec<Value> {
@@ -68,6 +68,189 @@ pub(crate) fn tools() -> Vec<Value> {
             "Asks only what the request's client capabilities allow.",
         ),
     ]
+}
+
+/// The tools of the tasks extension's scenarios, for `tools/list`, with how each runs.
+pub(crate) fn task_tools() -> Vec<Value> {
+    let schema = |properties: Value, required: &[&str]| json!({"type": "object", "properties": properties, "required": required});
+    let tool = |name: &str, description: &str, input: Value| json!({"name": name, "description": description, "inputSchema": input});
+    vec![
+        tool(
+            "greet",
+            "Greets by name at once (never a task).",
+            schema(json!({"name": {"type": "string"}}), &["name"]),
+        ),
+        tool(
+            "slow_compute",
+            "Works for `seconds` (a task when the client declares the tasks extension).",
+            schema(
+                json!({"seconds": {"type": "integer", "default": 3},
+                       "label": {"type": "string", "default": "default"}}),
+                &[],
+            ),
+        ),
+        tool(
+            "failing_job",
+            "A task whose tool result is an error (isError), after a second.",
+            schema(json!({}), &[]),
+        ),
+        tool(
+            "protocol_error_job",
+            "A task that fails with a JSON-RPC error after half a second.",
+            schema(json!({}), &[]),
+        ),
+        tool(
+            "confirm_delete",
+            "A task that asks to confirm deleting `filename`.",
+            schema(json!({"filename": {"type": "string"}}), &["filename"]),
+        ),
+        tool(
+            "multi_input",
+            "A task that asks two questions at once.",
+            schema(json!({}), &[]),
+        ),
+        tool(
+            "test_tool_with_task",
+            "Asks the user's name (key user_name), then greets them in a task.",
+            schema(json!({}), &[]),
+        ),
+    ]
+}
+
+/// How tool `name` runs, given the call's `params`: `None` for the tools of this module that
+/// are not tasks' (or not this module's). `test_tool_with_task` asks for the user's name in the
+/// request's own rounds and becomes a task once it has it.
+pub(crate) fn task_support(name: &str, params: Option<&Value>) -> Option<TaskSupport> {
+    match name {
+        "test_tool_with_task" => {
+            let answered = params
+                .and_then(|params| params.get("inputResponses"))
+                .and_then(|responses| responses.get("user_name"))
+                .is_some();
+            Some(if answered {
+                TaskSupport::Required
+            } else {
+                TaskSupport::Forbidden
+            })
+        }
+        "slow_compute" => Some(TaskSupport::Optional),
+        "failing_job" | "protocol_error_job" | "confirm_delete" | "multi_input" => {
+            Some(TaskSupport::Required)
+        }
+        _ => None,
+    }
+}
+
+/// Waits `duration`, or fails when the call is cancelled (`tasks/cancel`).
+async fn work(context: &RequestContext, duration: std::time::Duration) -> Result<(), ErrorObject> {
+    tokio::select! {
+        () = tokio::time::sleep(duration) => Ok(()),
+        () = context.cancelled() => Err(ErrorObject::cancelled()),
+    }
+}
+
+/// Calls one of the task scenarios' tools, or `None` when `name` is not one.
+pub(crate) async fn call_task_tool(
+    name: &str,
+    arguments: &serde_json::Map<String, Value>,
+    context: &RequestContext,
+) -> Option<Result<Value, ErrorObject>> {
+    let string = |key: &str, default: &str| {
+        arguments
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or(default)
+            .to_owned()
+    };
+    Some(match name {
+        "greet" => Ok(text(&format!("Hello, {}!", string("name", "World")))),
+        "slow_compute" => {
+            let seconds = arguments
+                .get("seconds")
+                .and_then(Value::as_u64)
+                .unwrap_or(3);
+            let label = string("label", "default");
+            match work(context, std::time::Duration::from_secs(seconds)).await {
+                Ok(()) => Ok(text(&format!(
+                    "Computation \"{label}\" completed after {seconds} seconds. Result: 42."
+                ))),
+                Err(error) => Err(error),
+            }
+        }
+        "failing_job" => match work(context, std::time::Duration::from_secs(1)).await {
+            Ok(()) => Ok(json!({"content": [{"type": "text",
+                "text": "the job failed, as it always does"}], "isError": true})),
+            Err(error) => Err(error),
+        },
+        "protocol_error_job" => match work(context, std::time::Duration::from_millis(500)).await {
+            Ok(()) => Err(ErrorObject::new(
+                INTERNAL_ERROR,
+                "the job hit a protocol error",
+            )),
+            Err(error) => Err(error),
+        },
+        "confirm_delete" => {
+            let filename = string("filename", "file");
+            let question = json!({"mode": "form", "message": format!("Delete '{filename}'?"),
+                "requestedSchema": {"type": "object",
+                    "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}});
+            context
+                .ask("confirm", "elicitation/create", question)
+                .await
+                .map_err(ask_failed)
+                .map(|answer| match accepted(&answer, "confirm") {
+                    Some(Value::Bool(true)) => text(&format!("deleted '{filename}'")),
+                    _ => text(&format!("kept '{filename}'")),
+                })
+        }
+        "multi_input" => {
+            let both = |field: &str| {
+                json!({"type": "object", "properties": {
+                    "name": {"type": "string"}, "confirm": {"type": "boolean"}},
+                    "required": [field]})
+            };
+            context
+                .ask_all(vec![
+                    (
+                        "name".into(),
+                        "elicitation/create".into(),
+                        json!({"message": "Your name?", "requestedSchema": both("name")}),
+                    ),
+                    (
+                        "confirm".into(),
+                        "elicitation/create".into(),
+                        json!({"message": "Confirm?", "requestedSchema": both("confirm")}),
+                    ),
+                ])
+                .await
+                .map_err(ask_failed)
+                .map(|answers| {
+                    let name = accepted(&answers[0], "name").and_then(Value::as_str);
+                    let confirmed = accepted(&answers[1], "confirm").and_then(Value::as_bool);
+                    text(&format!(
+                        "name=\"{}\" confirmed={}",
+                        name.unwrap_or(""),
+                        confirmed.unwrap_or(false)
+                    ))
+                })
+        }
+        "test_tool_with_task" => context
+            .ask(
+                "user_name",
+                "elicitation/create",
+                elicitation("What is your name?", "name", "string"),
+            )
+            .await
+            .map_err(ask_failed)
+            .map(|answer| {
+                let name = accepted(&answer, "name").and_then(Value::as_str);
+                text(&format!(
+                    "Hello, {}! (computed in task)",
+                    name.unwrap_or("stranger")
+                ))
+            }),
+        _ => return None,
+    })
 }
 
 /// The prompts, for `prompts/list`.

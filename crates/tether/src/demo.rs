@@ -134,6 +134,20 @@ impl Handler for DemoHandler {
         }
     }
 
+    /// `count` runs as a task for a 2026-07-28 client that declares the tasks extension.
+    fn task_support(&self, call: &Request) -> crate::server::TaskSupport {
+        let tool = call
+            .params
+            .as_ref()
+            .and_then(|params| params.get("name"))
+            .and_then(Value::as_str);
+        if tool == Some("count") {
+            crate::server::TaskSupport::Optional
+        } else {
+            crate::server::TaskSupport::Forbidden
+        }
+    }
+
     async fn handle_request(
         &self,
         request: Request,

@@ -468,6 +468,46 @@ async fn conformance_suite_requirements_2025_11_25_pass() -> anyhow::Result<()> 
     .await
 }
 
+/// The tasks extension's ten scenarios of 0.2.0-alpha.12 (unscored extension scenarios, so
+/// each runs by name): none fails or warns, against the server that serves everything else.
+#[tokio::test]
+async fn conformance_suite_task_scenarios_pass() -> anyhow::Result<()> {
+    const SCENARIOS: [&str; 10] = [
+        "tasks-lifecycle",
+        "tasks-capability-negotiation",
+        "tasks-wire-fields",
+        "tasks-request-state-removal",
+        "tasks-mrtr-input",
+        "tasks-request-headers",
+        "tasks-dispatch-and-envelope",
+        "tasks-status-notifications",
+        "tasks-required-task-error",
+        "tasks-mrtr-composition",
+    ];
+    let mut problems = Vec::new();
+    for scenario in SCENARIOS {
+        let run = run_suite_with(peers::conformance_2026()?, &["--scenario", scenario]).await?;
+        let checks = run
+            .checks
+            .get(scenario)
+            .with_context(|| format!("{scenario} wrote no result"))?;
+        let passed = checks.iter().filter(|c| c.status == "SUCCESS").count();
+        println!("{scenario}: {passed} passed of {}", checks.len());
+        problems.extend(
+            checks
+                .iter()
+                .filter(|c| c.status == "FAILURE" || c.status == "WARNING")
+                .map(|c| format!("{scenario} / {}: {} {}", c.id, c.status, c.message)),
+        );
+    }
+    ensure!(
+        problems.is_empty(),
+        "task scenarios:\n  {}",
+        problems.join("\n  ")
+    );
+    Ok(())
+}
+
 /// The expected-failures file parses, gives a reason for every entry, and never lists the
 /// scenarios that may not fail.
 #[test]

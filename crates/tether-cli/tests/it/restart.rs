@@ -151,3 +151,105 @@ async fn a_second_server_on_the_same_store_is_refused() -> anyhow::Result<()> {
     ensure!(status.code() == Some(0), "exit {status}");
     Ok(())
 }
+
+/// A 2026-07-28 tasks-extension call on `client`: `tools/call NAME ARGS` (or any `method`),
+/// returning its JSON answer.
+async fn modern_call(
+    client: &RawClient,
+    id: i64,
+    method: &str,
+    params: Value,
+) -> anyhow::Result<Value> {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let name = params
+        .get("name")
+        .or_else(|| params.get("taskId"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let mut request = client
+        .request("POST")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method)
+        .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    if let Some(name) = name {
+        request = request.header("Mcp-Name", &name);
+    }
+    let transcript = client.exchange(&request).await?;
+    ensure!(transcript.status == 200, "{method}: {}", transcript.status);
+    transcript.json()
+}
+
+/// `tasks/get` until the task is terminal (or 20 s pass).
+async fn terminal(client: &RawClient, task: &str) -> anyhow::Result<Value> {
+    for attempt in 0..200 {
+        let got = modern_call(client, 1000 + attempt, "tasks/get", json!({"taskId": task})).await?;
+        let status = got["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if ["completed", "failed", "cancelled"].contains(&status.as_str()) {
+            return Ok(got["result"].clone());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("task {task} did not end")
+}
+
+/// Tasks on SQLite survive SIGKILL: after a restart on the same file a completed task is
+/// still readable with its result, and the one that was running when the process died is
+/// `failed` with `data.reason` `server_restarted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_then_restart_keeps_finished_tasks_and_fails_the_running_one() -> anyhow::Result<()>
+{
+    let spec = ServerSpec::tether_serve()?.args(["--demo", "conformance"]);
+    let mut server = spec.start().await?;
+    let client = RawClient::new(server.url())?.with_timeout(Duration::from_secs(20));
+    let quick = modern_call(
+        &client,
+        1,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 1, "label": "quick"}}),
+    )
+    .await?;
+    ensure!(quick["result"]["resultType"] == "task", "{quick}");
+    let quick = quick["result"]["taskId"]
+        .as_str()
+        .context("a task id")?
+        .to_owned();
+    let done = terminal(&client, &quick).await?;
+    ensure!(done["status"] == "completed", "{done}");
+    let long = modern_call(
+        &client,
+        2,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 600, "label": "long"}}),
+    )
+    .await?;
+    let long = long["result"]["taskId"]
+        .as_str()
+        .context("a task id")?
+        .to_owned();
+
+    server.kill().await?;
+    server.restart().await?;
+    let client = RawClient::new(server.url())?.with_timeout(Duration::from_secs(20));
+
+    let after = modern_call(&client, 3, "tasks/get", json!({"taskId": quick})).await?;
+    ensure!(after["result"]["status"] == "completed", "{after}");
+    ensure!(
+        after["result"]["result"] == done["result"],
+        "the same result after the restart: {after}"
+    );
+    let orphan = terminal(&client, &long).await?;
+    ensure!(orphan["status"] == "failed", "{orphan}");
+    ensure!(
+        orphan["error"]["data"]["reason"] == SERVER_RESTARTED_REASON,
+        "{orphan}"
+    );
+    Ok(())
+}

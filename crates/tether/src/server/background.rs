@@ -80,6 +80,11 @@ async fn answer_orphans(state: &ServerState) {
 /// One sweep: sessions with requests running or connections open are kept alive (a long
 /// tool call or an open GET stream is activity), the rest expire after `session_idle`.
 async fn sweep(state: &ServerState) {
+    match state.tasks.remove_expired().await {
+        Ok(0) => {}
+        Ok(removed) => tracing::debug!(removed, "expired tasks removed"),
+        Err(error) => tracing::warn!(%error, "expired-task sweep failed"),
+    }
     let (busy, quiet): (Vec<_>, Vec<_>) = state
         .runtime_busyness()
         .into_iter()

@@ -21,6 +21,13 @@ pub const METRICS_PATH: &str = "/metrics";
 /// the first backoff step of tether's client, so both agree.
 pub const DEFAULT_RETRY: Duration = Duration::from_millis(1000);
 
+/// Default life of a task from its creation ([`ServerConfig::task_ttl`]): an hour, for a
+/// client that comes back after a cut, a crash or a restart to find its result.
+pub const DEFAULT_TASK_TTL: Duration = Duration::from_secs(3600);
+
+/// Default polling interval a task suggests ([`ServerConfig::task_poll_interval`]).
+pub const DEFAULT_TASK_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Default life of a 2026-07-28 `requestState` ([`ServerConfig::request_state_ttl`]): ten
 /// minutes, time for a person to answer an elicitation, short enough that a leaked state is
 /// soon useless.
@@ -162,6 +169,11 @@ pub struct ServerConfig {
     /// ([`DEFAULT_REQUEST_STATE_TTL`]): the client's time to answer the questions of an
     /// `input_required` result. Older state is refused like tampered state.
     pub request_state_ttl: Duration,
+    /// The `ttlMs` of a task (the tasks extension): how long from its creation it stays
+    /// readable ([`DEFAULT_TASK_TTL`]).
+    pub task_ttl: Duration,
+    /// The `pollIntervalMs` a task suggests ([`DEFAULT_TASK_POLL_INTERVAL`]).
+    pub task_poll_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -185,6 +197,8 @@ impl Default for ServerConfig {
             get_streams: true,
             poll_after: None,
             request_state_ttl: DEFAULT_REQUEST_STATE_TTL,
+            task_ttl: DEFAULT_TASK_TTL,
+            task_poll_interval: DEFAULT_TASK_POLL_INTERVAL,
         }
     }
 }

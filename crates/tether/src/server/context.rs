@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use tether_proto::modern::{Envelope, Era};
 
-use super::mrtr::{AskError, Asked, InputRounds};
+use super::mrtr::{AskError, Asked, InputRounds, TaskLink};
 use super::session::SessionRuntime;
 use super::subscriptions::Subscriptions;
 use crate::store::StoreError;
@@ -215,6 +215,8 @@ pub(crate) struct ModernRequest {
     pub(crate) rounds: InputRounds,
     /// The request's identity across its rounds (`mrtr::request_digest`).
     pub(crate) digest: String,
+    /// The task it runs as, if it does: its questions wait in the task.
+    pub(crate) task: Option<TaskLink>,
 }
 
 impl RequestContext {
@@ -410,7 +412,9 @@ impl RequestContext {
     ///
     /// - in a legacy session each question is a server→client request on this request's
     ///   stream, sent together and awaited together (keys are not sent);
-    /// - in the 2026-07-28 era (SEP-2322) a question the client already answered (its
+    /// - in a task (the tasks extension) the questions become the task's `inputRequests`, and
+    ///   the call returns once `tasks/update` answered them all;
+    /// - otherwise in the 2026-07-28 era (SEP-2322) a question the client already answered (its
     ///   `inputResponses`, or an earlier round's answers sealed in `requestState`) returns at
     ///   once; otherwise the request ends here with an `input_required` result listing every
     ///   unanswered question under its key, and the client's retry runs the handler again
@@ -441,6 +445,45 @@ impl RequestContext {
             });
             return futures_util::future::try_join_all(asks).await;
         };
+        if let Some(task) = &modern.task {
+            // Answered in the request's own rounds (before it became a task), or asked in
+            // the task.
+            let mut answers: Vec<Option<Value>> = Vec::with_capacity(questions.len());
+            let mut asked = Vec::new();
+            for (key, method, params) in questions {
+                if let Some(capability) = super::mrtr::capability_for(&method)
+                    && !modern.rounds.declares(capability)
+                {
+                    return Err(ContextError::MissingCapability(capability.to_owned()));
+                }
+                if let Some(answer) = modern.rounds.answered(&key) {
+                    answers.push(Some(answer));
+                    continue;
+                }
+                let mut question = Map::new();
+                question.insert("method".into(), Value::from(method));
+                if !params.is_null() {
+                    question.insert("params".into(), params);
+                }
+                answers.push(None);
+                asked.push((key, Value::Object(question)));
+            }
+            let mut received = if asked.is_empty() {
+                Vec::new()
+            } else {
+                task.ask(asked, &self.inner.cancel)
+                    .await
+                    .map_err(|error| match error {
+                        StoreError::Completed => ContextError::Cancelled,
+                        other => ContextError::Store(other),
+                    })?
+            }
+            .into_iter();
+            return Ok(answers
+                .into_iter()
+                .map(|answer| answer.unwrap_or_else(|| received.next().unwrap_or(Value::Null)))
+                .collect());
+        }
         let mut answers = Vec::with_capacity(questions.len());
         let mut pending = false;
         for (key, method, params) in &questions {

@@ -587,6 +587,7 @@ mod tests {
             Arc::new(DemoHandler::new()),
             events,
             sessions,
+            Arc::new(crate::store::MemoryTaskStore::new()),
             HeaderValue::from_static("test"),
             None,
             None,

@@ -43,6 +43,20 @@ impl ServerInfo {
     }
 }
 
+/// Whether a tool may run as a task of the tasks extension (SEP-2663), as
+/// [`Handler::task_support`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TaskSupport {
+    /// Never: the call is answered directly (the default).
+    #[default]
+    Forbidden,
+    /// As a task when the request declares the extension; directly otherwise.
+    Optional,
+    /// Only as a task: a request that does not declare the extension is refused with -32021.
+    Required,
+}
+
 /// An MCP server's behaviour. The transport handles `initialize` (version negotiation,
 /// session creation), `ping` and `notifications/initialized` and `notifications/cancelled`
 /// itself; everything else reaches the handler.
@@ -98,6 +112,16 @@ pub trait Handler: Send + Sync + 'static {
         request: Request,
         context: RequestContext,
     ) -> Result<Value, ErrorObject>;
+
+    /// Whether this `tools/call` may run as a task (2026-07-28 with the tasks extension): the
+    /// call then answers at once with the task, runs detached from its connection, and its
+    /// result is read with `tasks/get`, from any node of a shared store. Asked per request, so a
+    /// tool can gather input first in the request's own rounds (`input_required`) and run as a
+    /// task once answered (the request then carries `inputResponses`). By default no call does.
+    fn task_support(&self, call: &Request) -> TaskSupport {
+        let _ = call;
+        TaskSupport::Forbidden
+    }
 
     /// Handles a notification from the client (other than the ones the transport consumes).
     async fn handle_notification(&self, notification: Notification, session: SessionContext) {

@@ -18,7 +18,7 @@
 //! HTTP; `handoff` carries requests for sessions another node of a shared store runs;
 //! `background` is the sweeper, the orphan answers and the relay inbox; `endpoint` is every
 //! axum handler; `modern` serves a 2026-07-28 POST, `mrtr` its questions and sealed
-//! `requestState`, `subscriptions` its `subscriptions/listen` streams. `context` is what
+//! `requestState`, `subscriptions` its `subscriptions/listen` streams, `tasks` the tasks extension. `context` is what
 //! handlers emit through, `writer` the one SSE writer loop
 //! (its decisions are [`tether_proto::sse_writer`]'s), `error` maps every refusal to its
 //! status and body, `origin` is the DNS-rebinding check, `auth` who a request comes from,
@@ -46,6 +46,7 @@ mod reply;
 mod session;
 mod state;
 mod subscriptions;
+mod tasks;
 mod writer;
 
 use std::future::Future;
@@ -64,15 +65,16 @@ pub use config::{
     ConnectionLimits, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_KEEPALIVE,
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_SESSIONS, DEFAULT_PATH,
-    DEFAULT_REQUEST_STATE_TTL, DEFAULT_RETRY, DEFAULT_SESSION_IDLE, HEALTHZ_PATH, METRICS_PATH,
-    ServerConfig,
+    DEFAULT_REQUEST_STATE_TTL, DEFAULT_RETRY, DEFAULT_SESSION_IDLE, DEFAULT_TASK_POLL_INTERVAL,
+    DEFAULT_TASK_TTL, HEALTHZ_PATH, METRICS_PATH, ServerConfig,
 };
 pub use context::{ContextError, RequestContext, SessionContext};
 pub use dispatch::CANCEL_GRACE;
 pub use error::{ModernRefusal, ResumeRefusal, ServerError};
-pub use handler::{Handler, ServerInfo};
+pub use handler::{Handler, ServerInfo, TaskSupport};
 pub use handoff::HANDOFF_TIMEOUT;
 pub use orphans::{OrphanReport, SERVER_RESTARTED_REASON};
+pub use tasks::TASKS_EXTENSION;
 pub use tether_proto::logging::{LogLevel, UnknownLogLevel};
 pub use tether_proto::modern::Era;
 
@@ -177,6 +179,13 @@ impl ServerBuilder {
             &sealing_key,
         )?;
         server.answered_at_start = server.answer_orphans().await?;
+        let failed = server.state.tasks.fail_orphans().await?;
+        if !failed.is_empty() {
+            tracing::info!(
+                tasks = failed.len(),
+                "tasks left running by an earlier process: failed"
+            );
+        }
         background::start(&server.state, store_tasks);
         Ok(server)
     }
@@ -250,6 +259,7 @@ impl Server {
         let Stores {
             events,
             sessions,
+            tasks,
             relay,
             ..
         } = stores;
@@ -258,6 +268,7 @@ impl Server {
             handler,
             events,
             sessions,
+            tasks,
             node_id,
             relay,
             authenticator,

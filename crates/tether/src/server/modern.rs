@@ -45,18 +45,16 @@ use tracing::Instrument as _;
 use super::context::ModernRequest;
 use super::dispatch;
 use super::error::ServerError;
-use super::handler::ServerInfo;
+use super::handler::{ServerInfo, TaskSupport};
 use super::metrics::ModernOutcome;
 use super::mrtr::{InputRounds, request_digest};
 use super::reply::json_response;
 use super::session::SessionRuntime;
 use super::state::ServerState;
 use super::subscriptions::{self, Filter};
+use super::tasks::{self, TASKS_EXTENSION};
 use super::writer::Start;
 use crate::store::{SessionRecord, StreamKind, StreamOwner};
-
-/// The tasks extension's id, as a listen filter's `taskIds` needs it declared.
-const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// A modern POST, after the endpoint's transport checks (host, origin, auth, content type,
 /// size) and parsing.
@@ -111,6 +109,9 @@ pub(crate) async fn post(
         ));
     }
     let info = state.handler.server_info();
+    if let Some(outcome) = tasks::method(state, &post.principal, &request, &envelope).await {
+        return Ok(answered(state, &request, outcome, &info));
+    }
     match method.as_str() {
         DISCOVER => {
             state.metrics.modern_request(&method, ModernOutcome::Result);
@@ -120,6 +121,38 @@ pub(crate) async fn post(
         LISTEN => listen(state, post.principal, request, &envelope, &info).await,
         _ => run(state, post.principal, request, envelope, &info, post.accept).await,
     }
+}
+
+/// The JSON answer to a request the transport answered itself (a `tasks/*` method, a new
+/// task): completed as this era's results are, with the status its error calls for.
+fn answered(
+    state: &ServerState,
+    request: &Request,
+    outcome: Result<Value, ErrorObject>,
+    info: &ServerInfo,
+) -> Response {
+    let (response, status, counted) = match outcome {
+        Ok(mut result) => {
+            complete_result(&request.method, &mut result, &server_identity(info));
+            (
+                RpcResponse::success(request.id.clone(), result),
+                StatusCode::OK,
+                ModernOutcome::Result,
+            )
+        }
+        Err(error) => {
+            let status = error_status(&error);
+            (
+                RpcResponse::error(Some(request.id.clone()), error),
+                status,
+                ModernOutcome::Error,
+            )
+        }
+    };
+    state.metrics.modern_request(&request.method, counted);
+    let mut response = json_response(response.to_vec(), None);
+    *response.status_mut() = status;
+    response
 }
 
 /// A refusal before anything ran: counted, and answered with the request's own id.
@@ -151,11 +184,18 @@ fn server_identity(info: &ServerInfo) -> Value {
 }
 
 /// The handler's capabilities as the modern era states them: the 2025-11-25 experimental
-/// `tasks` capability is not the tasks extension, so it is left out.
+/// `tasks` capability is not the tasks extension, so it is left out, and the tasks extension,
+/// which the transport serves, is added.
 fn modern_capabilities(info: &ServerInfo) -> Value {
     let mut capabilities = info.capabilities.clone();
     if let Value::Object(map) = &mut capabilities {
         map.remove("tasks");
+        let extensions = map
+            .entry("extensions")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(extensions) = extensions {
+            extensions.insert(TASKS_EXTENSION.into(), json!({}));
+        }
     }
     capabilities
 }
@@ -273,6 +313,37 @@ async fn run(
                 refusal.error_object(),
             )
         })?;
+    if method == "tools/call" {
+        let declared = envelope.declares_extension(TASKS_EXTENSION);
+        match (state.handler.task_support(&request), declared) {
+            (TaskSupport::Required, false) => {
+                return Err(refused(
+                    state,
+                    &method,
+                    Some(id),
+                    StatusCode::BAD_REQUEST,
+                    tasks::extension_required(),
+                ));
+            }
+            (TaskSupport::Optional | TaskSupport::Required, true) => {
+                let (runtime, stream) = ephemeral(state, Arc::clone(&principal), &id).await?;
+                let identity = server_identity(info);
+                let rounds = InputRounds::new(answers.answers, envelope.capabilities.clone());
+                let modern = ModernRequest {
+                    rounds,
+                    envelope,
+                    digest,
+                    task: None,
+                };
+                let created =
+                    tasks::start(state, runtime, stream, request.clone(), modern, identity)
+                        .await
+                        .map_err(ServerError::Store)?;
+                return Ok(answered(state, &request, Ok(created), info));
+            }
+            _ => {}
+        }
+    }
     let streams = !state.config.json_response && server_accepts(accept, ResponseKind::EventStream)
         || !server_accepts(accept, ResponseKind::Json);
     let (runtime, stream) = ephemeral(state, principal, &id).await?;
@@ -288,6 +359,7 @@ async fn run(
         rounds: InputRounds::new(answers.answers, envelope.capabilities.clone()),
         envelope,
         digest,
+        task: None,
     });
     let span = tracing::info_span!("modern", method = %method, request = %id);
     tokio::spawn(
@@ -497,7 +569,9 @@ mod tests {
         );
         assert_eq!(
             result["capabilities"],
-            json!({"tools": {"listChanged": true}})
+            json!({"tools": {"listChanged": true},
+                   "extensions": {TASKS_EXTENSION: {}}}),
+            "the 2025 experimental tasks capability out, the tasks extension in"
         );
         assert_eq!(result["_meta"][META_SERVER_INFO]["name"], "t");
         assert_eq!(result["instructions"], "be kind");

@@ -31,6 +31,9 @@ use tether_proto::modern::RESULT_INPUT_REQUIRED;
 use tokio_util::sync::CancellationToken;
 
 use crate::lock;
+use crate::store::StoreError;
+use crate::store::tasks::TaskChange;
+use tether_proto::ids::TaskId;
 
 /// `params` field: the client's answers, keyed like the questions.
 pub(crate) const INPUT_RESPONSES: &str = "inputResponses";
@@ -44,7 +47,7 @@ const STATE_VERSION: u8 = 1;
 const MAX_STATE_LEN: usize = 256 * 1024;
 
 /// The capability a client must declare before the server may ask it `method`, if any.
-fn capability_for(method: &str) -> Option<&'static str> {
+pub(crate) fn capability_for(method: &str) -> Option<&'static str> {
     match method {
         "elicitation/create" => Some("elicitation"),
         "sampling/createMessage" => Some("sampling"),
@@ -140,6 +143,11 @@ impl InputRounds {
             .is_some_and(|value| !value.is_null() && value != &Value::Bool(false))
     }
 
+    /// The answer the request brought for `key` (in `inputResponses` or its `requestState`).
+    pub(crate) fn answered(&self, key: &str) -> Option<Value> {
+        self.answers.get(key).cloned()
+    }
+
     /// A key for a question asked without one: the same for the same question of every run,
     /// since a re-run asks its questions in the same order.
     pub(crate) fn next_key(&self, method: &str) -> String {
@@ -201,6 +209,62 @@ impl InputRounds {
         Interrupt::InputRequired {
             questions: state.pending.clone(),
             answers,
+        }
+    }
+}
+
+/// The task a running handler belongs to: its questions go through the store.
+pub(crate) struct TaskLink {
+    pub(crate) tasks: std::sync::Arc<dyn crate::store::TaskStore>,
+    pub(crate) id: TaskId,
+}
+
+impl std::fmt::Debug for TaskLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskLink")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskLink {
+    /// Asks `questions` (`(key, {method, params})`) and waits for every answer, or for
+    /// `cancel`: the task is `input_required` meanwhile.
+    pub(crate) async fn ask(
+        &self,
+        questions: Vec<(String, Value)>,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<Value>, StoreError> {
+        let keys: Vec<String> = questions.iter().map(|(key, _)| key.clone()).collect();
+        let ask: Map<String, Value> = questions.into_iter().collect();
+        let mut record = self
+            .tasks
+            .change(&self.id, TaskChange::ask(ask))
+            .await?
+            .ok_or(StoreError::UnknownStream)?;
+        loop {
+            if keys
+                .iter()
+                .all(|key| record.input_responses.contains_key(key))
+            {
+                let answers = keys
+                    .iter()
+                    .map(|key| record.input_responses[key].clone())
+                    .collect();
+                self.tasks.change(&self.id, TaskChange::take(keys)).await?;
+                return Ok(answers);
+            }
+            if record.status.is_terminal() {
+                return Err(StoreError::Completed);
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return Err(StoreError::Completed),
+                waited = self.tasks.wait_for_change(&self.id, record.version) => waited?,
+            }
+            record = match self.tasks.get(&self.id, &record.principal).await? {
+                Some(record) => record,
+                None => return Err(StoreError::UnknownStream),
+            };
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::store::{EventStore, OrphanedStream, StoreError};
 
 /// `error.data.reason` of the answer to a request whose handler died with its process (a
 /// restart, or a node of a shared store that died).
-pub const SERVER_RESTARTED_REASON: &str = "server_restarted";
+pub const SERVER_RESTARTED_REASON: &str = crate::store::tasks::SERVER_RESTARTED;
 
 /// Events read per batch while looking for the responses already stored.
 const READ_BATCH: usize = 1024;

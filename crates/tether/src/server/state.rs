@@ -31,6 +31,7 @@ use crate::lock;
 use crate::store::relay::{Relay, SessionHome};
 use crate::store::{
     ANONYMOUS_PRINCIPAL, EventStore, SessionRecord, SessionStore, StreamKind, StreamOwner,
+    TaskStore,
 };
 
 /// Everything the endpoint, dispatch and background work share: configuration, handler, stores, and the
@@ -40,6 +41,8 @@ pub(crate) struct ServerState {
     pub(crate) handler: Arc<dyn Handler>,
     pub(crate) events: Arc<dyn EventStore>,
     pub(crate) sessions: Arc<dyn SessionStore>,
+    /// The tasks extension's tasks.
+    pub(crate) tasks: Arc<dyn TaskStore>,
     pub(crate) node_id: HeaderValue,
     /// How this node reaches the other nodes of a shared store, if it shares one.
     pub(crate) relay: Option<Arc<dyn Relay>>,
@@ -69,6 +72,7 @@ impl ServerState {
         handler: Arc<dyn Handler>,
         events: Arc<dyn EventStore>,
         sessions: Arc<dyn SessionStore>,
+        tasks: Arc<dyn TaskStore>,
         node_id: HeaderValue,
         relay: Option<Arc<dyn Relay>>,
         authenticator: Option<Arc<dyn Authenticator>>,
@@ -86,6 +90,7 @@ impl ServerState {
             handler,
             events,
             sessions,
+            tasks,
             metrics,
             node_id,
             relay,

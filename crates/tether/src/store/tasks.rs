@@ -25,7 +25,8 @@ use tokio::sync::watch;
 
 use super::StoreError;
 
-/// `error.data.reason` of a task whose process or node died while it ran.
+/// `error.data.reason` of a task, or a request, whose process or node died while it ran
+/// (also `server::SERVER_RESTARTED_REASON`).
 pub const SERVER_RESTARTED: &str = "server_restarted";
 
 /// A task's status (SEP-2663).
