@@ -1,6 +1,6 @@
 //! A 2026-07-28 request through the whole HTTP path of an in-process server (memory stores,
-//! demo handler): any method, envelope, `logLevel`, `requestState`, `inputResponses`, listen
-//! filter and standard headers. The server never panics and never answers 500; every refusal
+//! demo handler): any method (`tasks/*` included), envelope, `logLevel`, `requestState`,
+//! `inputResponses`, listen filter, task id and standard headers. The server never panics and never answers 500; every refusal
 //! with a body is a JSON-RPC error that echoes the request's id (docs/CONTRACTS.md#modern-status-table).
 #![no_main]
 
@@ -17,7 +17,10 @@ use tower::ServiceExt as _;
 #[path = "support/server.rs"]
 mod server;
 
-const METHODS: [&str; 9] = [
+const METHODS: [&str; 12] = [
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
     "server/discover",
     "subscriptions/listen",
     "tools/list",
@@ -41,6 +44,7 @@ struct Input {
     input_responses: Option<String>,
     notifications: Option<String>,
     name: Option<String>,
+    task_id: Option<String>,
     method_header: Option<String>,
     name_header: Option<String>,
     version_header: Option<String>,
@@ -92,6 +96,7 @@ fuzz_target!(|input: Input| {
         ("inputResponses", &input.input_responses),
         ("notifications", &input.notifications),
         ("name", &input.name),
+        ("taskId", &input.task_id),
     ] {
         if let Some(text) = text {
             params[field] = value(text);
