@@ -167,6 +167,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = tether::server::DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION, value_parser = parse_positive_usize)]
     max_requests_per_session: usize,
 
+    /// Tasks (2026-07-28 tasks extension) one principal may hold at once, running or ended and
+    /// not yet expired; a call that would make one more gets 429.
+    #[arg(long, value_name = "N", default_value_t = tether::server::DEFAULT_MAX_TASKS_PER_PRINCIPAL, value_parser = parse_positive_usize)]
+    max_tasks_per_principal: usize,
+
     /// Largest POST body in bytes; larger ones get 413.
     #[arg(long, value_name = "BYTES", default_value_t = tether::server::DEFAULT_MAX_BODY_BYTES, value_parser = parse_positive_usize)]
     max_body_bytes: usize,
@@ -363,6 +368,7 @@ impl ServeArgs {
         config.max_sessions_per_principal =
             self.max_sessions_per_principal.unwrap_or(self.max_sessions);
         config.max_concurrent_requests_per_session = self.max_requests_per_session;
+        config.max_tasks_per_principal = self.max_tasks_per_principal;
         config.max_body_bytes = self.max_body_bytes;
         config.max_event_bytes = self.max_event_bytes;
         config.body_read_timeout = Duration::from_secs(self.body_timeout_secs);

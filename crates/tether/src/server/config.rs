@@ -25,6 +25,10 @@ pub const DEFAULT_RETRY: Duration = Duration::from_millis(1000);
 /// client that comes back after a cut, a crash or a restart to find its result.
 pub const DEFAULT_TASK_TTL: Duration = Duration::from_secs(3600);
 
+/// Default bound on one principal's tasks ([`ServerConfig::max_tasks_per_principal`]): each
+/// holds a record for its TTL, so the bound is what one client can make the store keep.
+pub const DEFAULT_MAX_TASKS_PER_PRINCIPAL: usize = 1024;
+
 /// Default polling interval a task suggests ([`ServerConfig::task_poll_interval`]).
 pub const DEFAULT_TASK_POLL_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -174,6 +178,10 @@ pub struct ServerConfig {
     pub task_ttl: Duration,
     /// The `pollIntervalMs` a task suggests ([`DEFAULT_TASK_POLL_INTERVAL`]).
     pub task_poll_interval: Duration,
+    /// Tasks one principal may hold at once (running, or ended and not yet expired)
+    /// ([`DEFAULT_MAX_TASKS_PER_PRINCIPAL`]); a call that would make one more is refused with
+    /// 429.
+    pub max_tasks_per_principal: usize,
 }
 
 impl Default for ServerConfig {
@@ -199,6 +207,7 @@ impl Default for ServerConfig {
             request_state_ttl: DEFAULT_REQUEST_STATE_TTL,
             task_ttl: DEFAULT_TASK_TTL,
             task_poll_interval: DEFAULT_TASK_POLL_INTERVAL,
+            max_tasks_per_principal: DEFAULT_MAX_TASKS_PER_PRINCIPAL,
         }
     }
 }

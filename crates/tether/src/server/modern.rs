@@ -326,6 +326,20 @@ async fn run(
                 ));
             }
             (TaskSupport::Optional | TaskSupport::Required, true) => {
+                let limit = state.config.max_tasks_per_principal;
+                if state.tasks.count_for(&principal).await? >= limit {
+                    return Err(refused(
+                        state,
+                        &method,
+                        Some(id),
+                        StatusCode::TOO_MANY_REQUESTS,
+                        ErrorObject::new(
+                            tether_proto::jsonrpc::INTERNAL_ERROR,
+                            "too many tasks for this principal",
+                        )
+                        .with_data(json!({"reason": "too_many_tasks", "limit": limit})),
+                    ));
+                }
                 let (runtime, stream) = ephemeral(state, Arc::clone(&principal), &id).await?;
                 let identity = server_identity(info);
                 let rounds = InputRounds::new(answers.answers, envelope.capabilities.clone());

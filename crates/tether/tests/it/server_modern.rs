@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tether::proto::jsonrpc::{ErrorObject, Request};
 use tether::server::{
     BearerTokens, Era, Handler, LogLevel, RequestContext, Server, ServerConfig, ServerInfo,
+    TASKS_EXTENSION, TaskSupport,
 };
 use tether::store::{StoreLimits, Stores};
 use tether_testkit::raw::{RawClient, RawRequest, RawResponse, SseItem};
@@ -112,6 +113,14 @@ impl Handler for Asking {
                 Ok(json!({"content": []}))
             }
             _ => Err(ErrorObject::method_not_found(&request.method)),
+        }
+    }
+
+    /// `greet` may run as a task (its question then waits in the task).
+    fn task_support(&self, call: &Request) -> TaskSupport {
+        match call.params.as_ref().and_then(|p| p["name"].as_str()) {
+            Some("greet") => TaskSupport::Optional,
+            _ => TaskSupport::Forbidden,
         }
     }
 }
@@ -254,8 +263,21 @@ async fn asking_server(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
+    asking_server_with(stores, ServerConfig::default()).await
+}
+
+/// [`asking_server`] with `config`.
+async fn asking_server_with(
+    stores: Stores,
+    config: ServerConfig,
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let tokens = BearerTokens::parse("alice:alice-token\nbob:bob-token\n").unwrap();
     let server = Server::builder(Arc::new(Asking))
+        .config(config)
         .stores(stores)
         .auth(Arc::new(tokens))
         .build()
@@ -502,4 +524,58 @@ async fn a_quiet_listen_stream_carries_keep_alive_comments() {
             None => panic!("the listen stream ended"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_principal_holds_at_most_its_task_limit() {
+    let mut config = ServerConfig::default();
+    config.max_tasks_per_principal = 1;
+    let (url, _stop, _task) =
+        asking_server_with(Stores::memory(StoreLimits::default()), config).await;
+    let as_task = json!({"io.modelcontextprotocol/clientCapabilities": {
+        "elicitation": {}, "extensions": {TASKS_EXTENSION: {}}}});
+    let call = |client: &RawClient, id: i64| {
+        modern(
+            client,
+            id,
+            "tools/call",
+            json!({"name": "greet"}),
+            as_task.clone(),
+        )
+    };
+    let alice = alice(&url);
+    let first = alice.exchange(&call(&alice, 1)).await.unwrap();
+    assert_eq!(first.status, 200);
+    let first = first.json().unwrap();
+    assert_eq!(first["result"]["resultType"], "task", "{first}");
+    let refused = alice.exchange(&call(&alice, 2)).await.unwrap();
+    assert_eq!(refused.status, 429);
+    let refused = refused.json().unwrap();
+    assert_eq!(refused["id"], 2);
+    assert_eq!(
+        refused["error"]["data"]["reason"], "too_many_tasks",
+        "{refused}"
+    );
+    // The limit is per principal: bob still gets a task.
+    let bob = RawClient::new(&url).unwrap().with_bearer_token("bob-token");
+    let other = bob.exchange(&call(&bob, 3)).await.unwrap().json().unwrap();
+    assert_eq!(other["result"]["resultType"], "task", "{other}");
+    // Without the extension the same call is no task at all, and not counted.
+    let direct = messages(
+        alice
+            .send(&modern(
+                &alice,
+                4,
+                "tools/call",
+                json!({"name": "greet"}),
+                json!({}),
+            ))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        direct[0]["result"]["resultType"], "input_required",
+        "{direct:?}"
+    );
 }
