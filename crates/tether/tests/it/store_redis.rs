@@ -296,6 +296,62 @@ async fn nodes_of_one_prefix_share_a_sealing_key() {
     assert_ne!(other.sealing_key().await.unwrap(), key);
 }
 
+/// A task made on one node is read, answered and cancelled from another, and the first node's
+/// waiter sees the other node's change: tasks/get and tasks/update work on whichever node a
+/// load balancer picks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_on_one_node_is_served_by_another() {
+    use tether::store::{TaskChange, TaskRecord, TaskStatus, TaskStore as _};
+    let prefix = fresh_prefix();
+    let tasks = |node: &'static str| {
+        let prefix = prefix.clone();
+        async move {
+            let mut config = config(&prefix);
+            config.node_id = node.into();
+            let (_, sessions) = redis::open(config).await.unwrap();
+            sessions.task_store().await.unwrap()
+        }
+    };
+    let (a, b) = (tasks("node-a").await, tasks("node-b").await);
+    let task = TaskRecord::new(Arc::from("alice"), Some(Duration::from_secs(60)), None);
+    a.create(&task).await.unwrap();
+    assert_eq!(b.get(&task.id, "alice").await.unwrap(), Some(task.clone()));
+    let mut question = serde_json::Map::new();
+    question.insert(
+        "q".into(),
+        serde_json::json!({"method": "elicitation/create"}),
+    );
+    let asked = a
+        .change(&task.id, TaskChange::ask(question.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(asked.status, TaskStatus::InputRequired);
+    let waiter = tokio::spawn({
+        let a = Arc::new(a);
+        let id = task.id;
+        async move { a.wait_for_change(&id, asked.version).await }
+    });
+    question.insert("q".into(), serde_json::json!({"action": "accept"}));
+    assert!(b.answer(&task.id, "alice", question).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("node A saw node B's answer")
+        .unwrap()
+        .unwrap();
+    let answered = b.get(&task.id, "alice").await.unwrap().unwrap();
+    assert_eq!(answered.status, TaskStatus::Working);
+    assert_eq!(
+        answered.input_responses["q"],
+        serde_json::json!({"action": "accept"})
+    );
+    assert!(b.cancel(&task.id, "alice").await.unwrap());
+    assert!(
+        !b.cancel(&task.id, "bob").await.unwrap(),
+        "another principal's is unknown"
+    );
+}
+
 /// Appends from two nodes to one stream, interleaved: seqs stay 1..=n with no gap or
 /// duplicate, and every append is stored exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
