@@ -51,6 +51,9 @@ pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 /// -32022: the request's protocol version is not served.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
+/// The tasks extension's id (SEP-2663), in client capabilities and in `server/discover`.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
 /// `server/discover`, which replaces the handshake.
 pub const DISCOVER: &str = "server/discover";
 /// `subscriptions/listen`, which replaces the GET stream.
@@ -227,6 +230,12 @@ pub fn missing_capability(capability: &str) -> ErrorObject {
         format!("this request needs the client capability `{capability}`"),
     )
     .with_data(json!({"requiredCapabilities": {capability: {}}}))
+}
+
+/// The -32021 of a request that needs the tasks extension and did not declare it.
+#[must_use]
+pub fn tasks_extension_required() -> ErrorObject {
+    missing_capability_object(json!({"extensions": {TASKS_EXTENSION: {}}}))
 }
 
 /// A -32021 error whose `requiredCapabilities` is `capabilities` (a `ClientCapabilities`

@@ -304,10 +304,7 @@ pub(crate) async fn post(
 fn modern_message(headers: &HeaderMap, bytes: &[u8]) -> Result<Option<Message>, ServerError> {
     let header = header_str(headers, MCP_PROTOCOL_VERSION);
     let has_session = headers.contains_key(MCP_SESSION_ID);
-    let modern_header = !has_session
-        && header
-            .and_then(|v| ProtocolVersion::parse(v.trim_matches([' ', '\t'])).ok())
-            .is_some_and(ProtocolVersion::is_modern);
+    let modern_header = !has_session && names_modern_version(headers);
     if !modern_header && memchr::memmem::find(bytes, b"io.modelcontextprotocol/").is_none() {
         return Ok(None);
     }
@@ -340,13 +337,17 @@ fn modern_message(headers: &HeaderMap, bytes: &[u8]) -> Result<Option<Message>, 
     Ok((era_of(params, header, has_session) == Era::Modern).then_some(message))
 }
 
+/// Whether `MCP-Protocol-Version` names the modern version.
+fn names_modern_version(headers: &HeaderMap) -> bool {
+    header_str(headers, MCP_PROTOCOL_VERSION)
+        .and_then(|v| ProtocolVersion::parse(v.trim_matches([' ', '\t'])).ok())
+        .is_some_and(ProtocolVersion::is_modern)
+}
+
 /// 405 for a GET or DELETE of the 2026-07-28 era, which has neither: the modern version
 /// header and no session.
 fn refuse_modern_get_or_delete(headers: &HeaderMap) -> Result<(), ServerError> {
-    let modern = header_str(headers, MCP_PROTOCOL_VERSION)
-        .and_then(|v| ProtocolVersion::parse(v.trim_matches([' ', '\t'])).ok())
-        .is_some_and(ProtocolVersion::is_modern);
-    if modern && !headers.contains_key(MCP_SESSION_ID) {
+    if names_modern_version(headers) && !headers.contains_key(MCP_SESSION_ID) {
         return Err(ServerError::ModernMethodNotAllowed);
     }
     Ok(())

@@ -75,9 +75,9 @@ pub use error::{ModernRefusal, ResumeRefusal, ServerError};
 pub use handler::{Handler, ServerInfo, TaskSupport};
 pub use handoff::HANDOFF_TIMEOUT;
 pub use orphans::{OrphanReport, SERVER_RESTARTED_REASON};
-pub use tasks::TASKS_EXTENSION;
 pub use tether_proto::logging::{LogLevel, UnknownLogLevel};
 pub use tether_proto::modern::Era;
+pub use tether_proto::modern::TASKS_EXTENSION;
 
 use crate::store::{StoreError, StoreLimits, Stores};
 use state::ServerState;

@@ -36,7 +36,7 @@ use tether_proto::jsonrpc::{
 use tether_proto::modern::{
     DISCOVER, Envelope, HEADER_MISMATCH, LISTEN, META_SERVER_INFO,
     MISSING_REQUIRED_CLIENT_CAPABILITY, REMOVED_METHODS, RESULT_COMPLETE, RESULT_INPUT_REQUIRED,
-    RequestHeaders, UNSUPPORTED_PROTOCOL_VERSION, check_request, complete_result,
+    RequestHeaders, TASKS_EXTENSION, UNSUPPORTED_PROTOCOL_VERSION, check_request, complete_result,
 };
 use tether_proto::version::ProtocolVersion;
 use tokio_util::sync::CancellationToken;
@@ -52,7 +52,7 @@ use super::reply::json_response;
 use super::session::SessionRuntime;
 use super::state::ServerState;
 use super::subscriptions::{self, Filter};
-use super::tasks::{self, TASKS_EXTENSION};
+use super::tasks;
 use super::writer::Start;
 use crate::store::{SessionRecord, StreamKind, StreamOwner};
 
@@ -322,7 +322,7 @@ async fn run(
                     &method,
                     Some(id),
                     StatusCode::BAD_REQUEST,
-                    tasks::extension_required(),
+                    tether_proto::modern::tasks_extension_required(),
                 ));
             }
             (TaskSupport::Optional | TaskSupport::Required, true) => {

@@ -32,9 +32,6 @@ use crate::lock;
 /// Messages a listener may fall behind by before it loses them.
 const LISTENER_QUEUE: usize = 256;
 
-/// Task ids a filter may name (`notifications.taskIds`, tasks extension).
-const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
-
 /// What a listen stream carries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Filter {
@@ -58,9 +55,7 @@ impl FilterError {
     pub(crate) fn error_object(&self) -> ErrorObject {
         match self {
             Self::Invalid(what) => ErrorObject::invalid_params(format!("notifications{what}")),
-            Self::TasksUndeclared => tether_proto::modern::missing_capability_object(
-                json!({"extensions": {TASKS_EXTENSION: {}}}),
-            ),
+            Self::TasksUndeclared => tether_proto::modern::tasks_extension_required(),
         }
     }
 }
@@ -335,7 +330,8 @@ mod tests {
         let tasks = filter(json!({"taskIds": ["t"]})).unwrap_err();
         assert_eq!(tasks.code, -32021);
         assert_eq!(
-            tasks.data.unwrap()["requiredCapabilities"]["extensions"][TASKS_EXTENSION],
+            tasks.data.unwrap()["requiredCapabilities"]["extensions"]
+                [tether_proto::modern::TASKS_EXTENSION],
             json!({})
         );
     }

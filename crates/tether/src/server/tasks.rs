@@ -17,7 +17,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use tether_proto::ids::TaskId;
 use tether_proto::jsonrpc::{ErrorObject, Request, Response as RpcResponse};
-use tether_proto::modern::{Envelope, complete_result, missing_capability_object};
+use tether_proto::modern::{Envelope, TASKS_EXTENSION, complete_result, tasks_extension_required};
 use tokio_util::sync::CancellationToken;
 
 use super::context::ModernRequest;
@@ -27,14 +27,6 @@ use super::session::SessionRuntime;
 use super::state::ServerState;
 use crate::store::StoreError;
 use crate::store::tasks::{TaskChange, TaskRecord, TaskStatus};
-
-/// The extension's id, in client capabilities and in `server/discover`.
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
-
-/// The -32021 a request without the extension gets where it needs it.
-pub(crate) fn extension_required() -> ErrorObject {
-    missing_capability_object(json!({"extensions": {TASKS_EXTENSION: {}}}))
-}
 
 /// `ms` since the Unix epoch as RFC 3339 UTC with milliseconds (`2026-12-02T06:27:01.123Z`).
 pub(crate) fn iso8601(ms: u64) -> String {
@@ -146,7 +138,7 @@ pub(crate) async fn method(
         return None;
     }
     if !envelope.declares_extension(TASKS_EXTENSION) {
-        return Some(Err(extension_required()));
+        return Some(Err(tasks_extension_required()));
     }
     Some(answer(state, principal, request, method).await)
 }

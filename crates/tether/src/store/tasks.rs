@@ -371,21 +371,51 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn fail_orphans(&self) -> Result<Vec<TaskId>, StoreError>;
 }
 
-/// The in-process [`TaskStore`]: a map, and a watch per task for its waiters.
+/// Task records in this process's memory, each with a watch its waiters follow: the memory
+/// store's storage, and the SQLite store's copy of what it committed.
 #[derive(Debug, Default)]
-pub struct MemoryTaskStore {
+pub(crate) struct TaskMap {
     tasks: Mutex<HashMap<TaskId, (TaskRecord, watch::Sender<u64>)>>,
 }
 
-impl MemoryTaskStore {
-    /// An empty store.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
+impl TaskMap {
+    /// A map holding `records`.
+    pub(crate) fn with(records: impl IntoIterator<Item = TaskRecord>) -> Self {
+        let map = Self::default();
+        for record in records {
+            map.put(record);
+        }
+        map
     }
 
-    /// Applies `f` to the live task `id` (of `principal`, when given); publishes a change.
-    fn modify<T>(
+    /// Stores `record` (new, or replacing the one with its id) and wakes its waiters.
+    pub(crate) fn put(&self, record: TaskRecord) {
+        let version = record.version;
+        let mut tasks = crate::lock(&self.tasks);
+        match tasks.get_mut(&record.id) {
+            Some((stored, tx)) => {
+                *stored = record;
+                tx.send_replace(version);
+            }
+            None => {
+                let (tx, _) = watch::channel(version);
+                tasks.insert(record.id, (record, tx));
+            }
+        }
+    }
+
+    /// Removes the tasks `ids`; their waiters return.
+    pub(crate) fn remove(&self, ids: &[TaskId]) {
+        let mut tasks = crate::lock(&self.tasks);
+        for id in ids {
+            // Dropping the sender ends every wait on it.
+            tasks.remove(id);
+        }
+    }
+
+    /// Applies `f` to the live task `id` (of `principal`, when given), under the map's lock,
+    /// and wakes its waiters when the version moved.
+    pub(crate) fn modify<T>(
         &self,
         id: &TaskId,
         principal: Option<&str>,
@@ -403,18 +433,64 @@ impl MemoryTaskStore {
         }
         Some(out)
     }
+
+    /// The live task `id` (of `principal`, when given).
+    pub(crate) fn live(&self, id: &TaskId, principal: Option<&str>) -> Option<TaskRecord> {
+        self.modify(id, principal, |record| record.clone())
+    }
+
+    /// Completes once task `id`'s version is past `after`, or it is gone.
+    pub(crate) async fn wait_for_change(&self, id: &TaskId, after: u64) {
+        let mut rx = match crate::lock(&self.tasks).get(id) {
+            Some((_, tx)) => tx.subscribe(),
+            None => return,
+        };
+        let _ = rx.wait_for(|version| *version > after).await;
+    }
+
+    /// Live tasks of `principal`.
+    pub(crate) fn count_for(&self, principal: &str) -> usize {
+        let now = now_ms();
+        crate::lock(&self.tasks)
+            .values()
+            .filter(|(record, _)| *record.principal == *principal && !record.expired_at(now))
+            .count()
+    }
+
+    /// The tasks whose TTL ran out.
+    pub(crate) fn expired(&self) -> Vec<TaskId> {
+        let now = now_ms();
+        crate::lock(&self.tasks)
+            .values()
+            .filter(|(record, _)| record.expired_at(now))
+            .map(|(record, _)| record.id)
+            .collect()
+    }
+}
+
+/// The in-process [`TaskStore`].
+#[derive(Debug, Default)]
+pub struct MemoryTaskStore {
+    tasks: TaskMap,
+}
+
+impl MemoryTaskStore {
+    /// An empty store.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
 }
 
 #[async_trait]
 impl TaskStore for MemoryTaskStore {
     async fn create(&self, record: &TaskRecord) -> Result<(), StoreError> {
-        let (tx, _) = watch::channel(record.version);
-        crate::lock(&self.tasks).insert(record.id, (record.clone(), tx));
+        self.tasks.put(record.clone());
         Ok(())
     }
 
     async fn get(&self, id: &TaskId, principal: &str) -> Result<Option<TaskRecord>, StoreError> {
-        Ok(self.modify(id, Some(principal), |record| record.clone()))
+        Ok(self.tasks.live(id, Some(principal)))
     }
 
     async fn change(
@@ -422,7 +498,7 @@ impl TaskStore for MemoryTaskStore {
         id: &TaskId,
         change: TaskChange,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        Ok(self.modify(id, None, |record| {
+        Ok(self.tasks.modify(id, None, |record| {
             apply_change(record, change, now_ms());
             record.clone()
         }))
@@ -435,6 +511,7 @@ impl TaskStore for MemoryTaskStore {
         responses: Map<String, Value>,
     ) -> Result<bool, StoreError> {
         Ok(self
+            .tasks
             .modify(id, Some(principal), |record| {
                 apply_answers(record, responses, now_ms());
             })
@@ -443,6 +520,7 @@ impl TaskStore for MemoryTaskStore {
 
     async fn cancel(&self, id: &TaskId, principal: &str) -> Result<bool, StoreError> {
         Ok(self
+            .tasks
             .modify(id, Some(principal), |record| {
                 apply_cancel(record, now_ms());
             })
@@ -450,32 +528,18 @@ impl TaskStore for MemoryTaskStore {
     }
 
     async fn wait_for_change(&self, id: &TaskId, after: u64) -> Result<(), StoreError> {
-        let mut rx = {
-            let tasks = crate::lock(&self.tasks);
-            match tasks.get(id) {
-                Some((_, tx)) => tx.subscribe(),
-                None => return Ok(()),
-            }
-        };
-        // Ends when the version passes `after`, or the task (its sender) is removed.
-        let _ = rx.wait_for(|version| *version > after).await;
+        self.tasks.wait_for_change(id, after).await;
         Ok(())
     }
 
     async fn count_for(&self, principal: &str) -> Result<usize, StoreError> {
-        let now = now_ms();
-        Ok(crate::lock(&self.tasks)
-            .values()
-            .filter(|(record, _)| *record.principal == *principal && !record.expired_at(now))
-            .count())
+        Ok(self.tasks.count_for(principal))
     }
 
     async fn remove_expired(&self) -> Result<usize, StoreError> {
-        let now = now_ms();
-        let mut tasks = crate::lock(&self.tasks);
-        let before = tasks.len();
-        tasks.retain(|_, (record, _)| !record.expired_at(now));
-        Ok(before - tasks.len())
+        let expired = self.tasks.expired();
+        self.tasks.remove(&expired);
+        Ok(expired.len())
     }
 
     /// A memory store starts empty with its process: nothing to fail.

@@ -2,29 +2,27 @@
 //! the same writer thread.
 //!
 //! Each task is one row (`tasks(id, record)`, the record as JSON). Reads never touch the file:
-//! the store keeps every record in memory, loaded when the store is made and replaced after
-//! each commit, so a `tasks/get` costs a map look-up. Changes are read-modify-write under one
+//! the store keeps every record in a [`TaskMap`], loaded when the store is made and replaced
+//! after each commit, so a `tasks/get` costs a map look-up. Changes are read-modify-write under one
 //! async lock (tasks change seldom; a commit each is fine), applied with the module-level rules
 //! of [`crate::store::tasks`], committed by the writer, and only then visible and published to
 //! waiters: what `get` returns is durable, which is what `CreateTaskResult` waits for. The
 //! tasks that were not terminal when the store opened belong to a process that died: they are
 //! the ones [`TaskStore::fail_orphans`] ends.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rusqlite::params;
 use serde_json::{Map, Value};
 use tether_proto::ids::TaskId;
-use tokio::sync::watch;
 
 use super::Inner;
 use super::writer::Command;
 use crate::lock as guard;
 use crate::store::tasks::{
-    TaskChange, TaskRecord, TaskStore, apply_answers, apply_cancel, apply_change, apply_restarted,
-    now_ms,
+    TaskChange, TaskMap, TaskRecord, TaskStore, apply_answers, apply_cancel, apply_change,
+    apply_restarted, now_ms,
 };
 use crate::store::{StoreError, StoreFailure};
 
@@ -33,7 +31,7 @@ use crate::store::{StoreError, StoreFailure};
 pub struct SqliteTaskStore {
     inner: Arc<Inner>,
     /// Every task in the file, as last committed, with its waiters' watch.
-    tasks: Mutex<HashMap<TaskId, (TaskRecord, watch::Sender<u64>)>>,
+    tasks: TaskMap,
     /// Tasks found unfinished when the store opened, not yet failed.
     orphans: Mutex<Vec<TaskId>>,
     /// One read-modify-write at a time.
@@ -62,20 +60,19 @@ impl SqliteTaskStore {
         let rows = statement
             .query_map([], |row| row.get::<_, String>(0))
             .map_err(unavailable)?;
-        let mut tasks = HashMap::new();
-        let mut orphans = Vec::new();
+        let mut records = Vec::new();
         for row in rows {
             let text = row.map_err(unavailable)?;
-            let record: TaskRecord = serde_json::from_str(&text).map_err(unavailable)?;
-            if !record.status.is_terminal() {
-                orphans.push(record.id);
-            }
-            let (tx, _) = watch::channel(record.version);
-            tasks.insert(record.id, (record, tx));
+            records.push(serde_json::from_str::<TaskRecord>(&text).map_err(unavailable)?);
         }
+        let orphans = records
+            .iter()
+            .filter(|record| !record.status.is_terminal())
+            .map(|record| record.id)
+            .collect();
         Ok(Self {
             inner,
-            tasks: Mutex::new(tasks),
+            tasks: TaskMap::with(records),
             orphans: Mutex::new(orphans),
             writing: tokio::sync::Mutex::new(()),
         })
@@ -114,34 +111,11 @@ impl SqliteTaskStore {
                 }))
             })
             .await?;
-        let mut tasks = guard(&self.tasks);
         for record in records {
-            let version = record.version;
-            match tasks.get_mut(&record.id) {
-                Some((stored, tx)) => {
-                    *stored = record;
-                    tx.send_replace(version);
-                }
-                None => {
-                    let (tx, _) = watch::channel(version);
-                    tasks.insert(record.id, (record, tx));
-                }
-            }
+            self.tasks.put(record);
         }
-        for id in removed {
-            // Dropping the sender ends every wait on it.
-            tasks.remove(&id);
-        }
+        self.tasks.remove(&removed);
         Ok(())
-    }
-
-    /// The live task `id` (of `principal`, when given), as committed.
-    fn current(&self, id: &TaskId, principal: Option<&str>) -> Option<TaskRecord> {
-        let tasks = guard(&self.tasks);
-        let (record, _) = tasks.get(id)?;
-        let visible =
-            principal.is_none_or(|p| *record.principal == *p) && !record.expired_at(now_ms());
-        visible.then(|| record.clone())
     }
 
     /// Read-modify-write of task `id`: `f` changes a copy; a changed copy is committed.
@@ -152,7 +126,7 @@ impl SqliteTaskStore {
         f: impl FnOnce(&mut TaskRecord) -> bool,
     ) -> Result<Option<TaskRecord>, StoreError> {
         let _writing = self.writing.lock().await;
-        let Some(mut record) = self.current(id, principal) else {
+        let Some(mut record) = self.tasks.live(id, principal) else {
             return Ok(None);
         };
         if f(&mut record) {
@@ -171,7 +145,7 @@ impl TaskStore for SqliteTaskStore {
     }
 
     async fn get(&self, id: &TaskId, principal: &str) -> Result<Option<TaskRecord>, StoreError> {
-        Ok(self.current(id, Some(principal)))
+        Ok(self.tasks.live(id, Some(principal)))
     }
 
     async fn change(
@@ -205,30 +179,17 @@ impl TaskStore for SqliteTaskStore {
     }
 
     async fn wait_for_change(&self, id: &TaskId, after: u64) -> Result<(), StoreError> {
-        let mut rx = match guard(&self.tasks).get(id) {
-            Some((_, tx)) => tx.subscribe(),
-            None => return Ok(()),
-        };
-        let _ = rx.wait_for(|version| *version > after).await;
+        self.tasks.wait_for_change(id, after).await;
         Ok(())
     }
 
     async fn count_for(&self, principal: &str) -> Result<usize, StoreError> {
-        let now = now_ms();
-        Ok(guard(&self.tasks)
-            .values()
-            .filter(|(record, _)| *record.principal == *principal && !record.expired_at(now))
-            .count())
+        Ok(self.tasks.count_for(principal))
     }
 
     async fn remove_expired(&self) -> Result<usize, StoreError> {
         let _writing = self.writing.lock().await;
-        let now = now_ms();
-        let expired: Vec<TaskId> = guard(&self.tasks)
-            .values()
-            .filter(|(record, _)| record.expired_at(now))
-            .map(|(record, _)| record.id)
-            .collect();
+        let expired = self.tasks.expired();
         let count = expired.len();
         if count > 0 {
             self.commit(Vec::new(), expired).await?;
@@ -242,7 +203,7 @@ impl TaskStore for SqliteTaskStore {
         let now = now_ms();
         let mut failed = Vec::new();
         for id in &orphans {
-            if let Some(mut record) = self.current(id, None)
+            if let Some(mut record) = self.tasks.live(id, None)
                 && apply_restarted(&mut record, now)
             {
                 failed.push(record);
