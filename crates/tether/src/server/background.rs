@@ -1,6 +1,6 @@
 //! The server's background work, started once when a server is built: the idle-session
-//! sweeper, the periodic answer to requests that a dead node of a shared store left
-//! unanswered, the relay inbox (requests other nodes hand to this one) and the stores' own
+//! sweeper, the periodic answer to requests (and failure of tasks) that a dead node of a
+//! shared store left unfinished, the relay inbox (requests other nodes hand to this one) and the stores' own
 //! background tasks (the memory store's retention sweeper).
 //!
 //! Each task holds only a weak reference to the [`ServerState`], so it ends when the server
@@ -68,12 +68,20 @@ pub(crate) fn start(state: &Arc<ServerState>, store_tasks: Option<StartTasks>) {
     });
 }
 
-/// Answers the streams the store reports orphaned since the last look (with a shared
-/// store, those of a node whose lease ran out).
+/// Answers the streams the store reports orphaned since the last look, and fails the tasks
+/// it reports orphaned (with a shared store, those of a node whose lease ran out).
 async fn answer_orphans(state: &ServerState) {
     match orphans::answer_orphans(&*state.events).await {
         Ok(report) => state.metrics.orphans_answered(report.requests as u64),
         Err(error) => tracing::warn!(%error, "looking for orphaned streams failed"),
+    }
+    match state.tasks.fail_orphans().await {
+        Ok(failed) if failed.is_empty() => {}
+        Ok(failed) => tracing::info!(
+            tasks = failed.len(),
+            "tasks whose node stopped while they ran: failed"
+        ),
+        Err(error) => tracing::warn!(%error, "looking for orphaned tasks failed"),
     }
 }
 

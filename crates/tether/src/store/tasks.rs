@@ -366,8 +366,10 @@ pub trait TaskStore: Send + Sync + 'static {
     /// itself, as Redis does).
     async fn remove_expired(&self) -> Result<usize, StoreError>;
 
-    /// Ends ([`apply_restarted`]) every task an earlier process of this store left running,
-    /// once; their ids.
+    /// Ends ([`apply_restarted`]) every task an earlier process of this store left running
+    /// (reported once), and, for a store shared by several nodes, every task a node whose
+    /// lease has lapsed left running; the ids it ended. The server calls it when it is built
+    /// and then every second.
     async fn fail_orphans(&self) -> Result<Vec<TaskId>, StoreError>;
 }
 

@@ -352,6 +352,65 @@ async fn a_task_on_one_node_is_served_by_another() {
     );
 }
 
+/// A node that dies with a task running: once its lease has lapsed, another node's
+/// `fail_orphans` ends the task `failed` / `server_restarted`, exactly once; a task it had
+/// finished, and a task of a node still alive, are left as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_running_tasks_fail_once_its_lease_lapses() {
+    use tether::store::{TaskChange, TaskRecord, TaskStatus, TaskStore as _};
+    let prefix = fresh_prefix();
+    let open = |node: &'static str| {
+        let prefix = prefix.clone();
+        async move {
+            let mut config = config(&prefix);
+            config.node_id = node.into();
+            config.node_lease = Duration::from_millis(300);
+            let (events, sessions) = redis::open(config).await.unwrap();
+            (events, sessions.task_store().await.unwrap())
+        }
+    };
+    let (a_events, a) = open("node-a").await;
+    let (_b_events, b) = open("node-b").await;
+    let (_c_events, c) = open("node-c").await;
+    let new = || TaskRecord::new(Arc::from("alice"), Some(Duration::from_secs(60)), None);
+    let (running, finished, alive) = (new(), new(), new());
+    a.create(&running).await.unwrap();
+    a.create(&finished).await.unwrap();
+    a.change(&finished.id, TaskChange::completed(serde_json::json!({"ok": true})))
+        .await
+        .unwrap();
+    c.create(&alive).await.unwrap();
+    assert!(
+        b.fail_orphans().await.unwrap().is_empty(),
+        "a live node's tasks are not orphans"
+    );
+    drop((a, a_events));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let failed = loop {
+        let failed = b.fail_orphans().await.unwrap();
+        if !failed.is_empty() || tokio::time::Instant::now() > deadline {
+            break failed;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(failed, vec![running.id], "only the dead node's running task");
+    let record = c.get(&running.id, "alice").await.unwrap().unwrap();
+    assert_eq!(record.status, TaskStatus::Failed);
+    assert_eq!(record.error.unwrap()["data"]["reason"], "server_restarted");
+    assert_eq!(
+        c.get(&finished.id, "alice").await.unwrap().unwrap().status,
+        TaskStatus::Completed
+    );
+    assert_eq!(
+        b.get(&alive.id, "alice").await.unwrap().unwrap().status,
+        TaskStatus::Working
+    );
+    assert!(
+        c.fail_orphans().await.unwrap().is_empty(),
+        "a claimed orphan is not failed twice"
+    );
+}
+
 /// Appends from two nodes to one stream, interleaved: seqs stay 1..=n with no gap or
 /// duplicate, and every append is stored exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,10 +8,14 @@
 //! it returns: a `get` on any node then finds it, which is what `CreateTaskResult` waits for.
 //! The set `<prefix>task-node:<node>` names the unfinished tasks a node created: those found
 //! there when the node opens again were left by its earlier process, and
-//! [`TaskStore::fail_orphans`] ends them. `<prefix>task-by:<principal>` counts a principal's
-//! tasks. Waiting for a change polls the version (tasks change seldom, and a poll is one small
-//! read); the node-loss of another node is the task runtime's to handle.
+//! [`TaskStore::fail_orphans`] ends them; `<prefix>task-nodes` names every node with such a
+//! set, and once a node's lease (`<prefix>node:<node>`, the event store's heartbeat) has
+//! lapsed, whichever live node calls `fail_orphans` next ends its unfinished tasks the same way
+//! (the compare-and-set makes two claimers harmless). `<prefix>task-by:<principal>` counts a
+//! principal's tasks. Waiting for a change polls the version (tasks change seldom, and a poll
+//! is one small read).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -154,6 +158,13 @@ impl TaskStore for RedisTaskStore {
         let node_set = inner.key("task-node", &inner.config.node_id);
         let by_principal = inner.key("task-by", &record.principal);
         let _: i64 = inner
+            .query(
+                redis::cmd("SADD")
+                    .arg(inner.key("task-nodes", ""))
+                    .arg(&inner.config.node_id),
+            )
+            .await?;
+        let _: i64 = inner
             .query(redis::cmd("SADD").arg(node_set).arg(record.id.as_str()))
             .await?;
         let _: i64 = inner
@@ -243,31 +254,61 @@ impl TaskStore for RedisTaskStore {
         Ok(0)
     }
 
+    /// This node's earlier process's tasks (once), then those of every other node whose
+    /// lease has lapsed.
     async fn fail_orphans(&self) -> Result<Vec<TaskId>, StoreError> {
         let orphans = std::mem::take(&mut *guard(&self.orphans));
-        let mut failed = Vec::new();
-        for id in &orphans {
-            let ended = self
-                .modify(id, None, |record| apply_restarted(record, now_ms()))
-                .await;
-            match ended {
-                Ok(Some(record))
-                    if record.error.as_ref().is_some_and(|error| {
-                        error["data"]["reason"] == crate::store::tasks::SERVER_RESTARTED
-                    }) =>
-                {
-                    failed.push(record.id);
-                }
-                Ok(_) => {}
-                Err(error) => {
-                    guard(&self.orphans).extend(orphans.iter().copied());
-                    return Err(error);
-                }
+        let mut failed = match self.fail_all(&self.inner.config.node_id, &orphans).await {
+            Ok(failed) => failed,
+            Err(error) => {
+                guard(&self.orphans).extend(orphans);
+                return Err(error);
+            }
+        };
+        let inner = &self.inner;
+        let nodes_key = inner.key("task-nodes", "");
+        let nodes: Vec<String> = inner.query(redis::cmd("SMEMBERS").arg(&nodes_key)).await?;
+        for node in nodes.iter().filter(|node| **node != inner.config.node_id) {
+            let alive: bool = inner
+                .query(redis::cmd("EXISTS").arg(inner.key("node", node)))
+                .await?;
+            if alive {
+                continue;
+            }
+            let node_set = inner.key("task-node", node);
+            let ids: Vec<String> = inner.query(redis::cmd("SMEMBERS").arg(&node_set)).await?;
+            let ids: Vec<TaskId> = ids.iter().filter_map(|id| TaskId::parse(id).ok()).collect();
+            failed.extend(self.fail_all(node, &ids).await?);
+            // A node that came back meanwhile has a lease again and keeps its set.
+            let drained: i64 = inner.query(redis::cmd("SCARD").arg(&node_set)).await?;
+            if drained == 0 {
+                let _: i64 = inner
+                    .query(redis::cmd("SREM").arg(&nodes_key).arg(node))
+                    .await?;
             }
         }
-        // Also forget the ones that had ended already.
-        let node_set = self.inner.key("task-node", &self.inner.config.node_id);
-        for id in &orphans {
+        Ok(failed)
+    }
+}
+
+impl RedisTaskStore {
+    /// Ends each of `ids` (tasks `node` ran) as [`apply_restarted`] says, and forgets them in
+    /// `node`'s set; the ids it failed (the others had ended already).
+    async fn fail_all(&self, node: &str, ids: &[TaskId]) -> Result<Vec<TaskId>, StoreError> {
+        let mut failed = Vec::new();
+        let node_set = self.inner.key("task-node", node);
+        for id in ids {
+            // Whether this call, not another claimer, ended it.
+            let ended = AtomicBool::new(false);
+            self.modify(id, None, |record| {
+                let changed = apply_restarted(record, now_ms());
+                ended.store(changed, Ordering::Relaxed);
+                changed
+            })
+            .await?;
+            if ended.load(Ordering::Relaxed) {
+                failed.push(*id);
+            }
             let _: i64 = self
                 .inner
                 .query(redis::cmd("SREM").arg(&node_set).arg(id.as_str()))
