@@ -273,6 +273,13 @@ impl TaskId {
     }
 }
 
+/// The task whose events are this stream.
+impl From<StreamId> for TaskId {
+    fn from(stream: StreamId) -> Self {
+        Self(stream)
+    }
+}
+
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -89,8 +89,18 @@ async fn answer_orphans(state: &ServerState) {
 /// tool call or an open GET stream is activity), the rest expire after `session_idle`.
 async fn sweep(state: &ServerState) {
     match state.tasks.remove_expired().await {
-        Ok(0) => {}
-        Ok(removed) => tracing::debug!(removed, "expired tasks removed"),
+        Ok(removed) => {
+            for task in &removed {
+                if let Some(session) = &task.events_session
+                    && let Err(error) = state.events.remove_session(session).await
+                {
+                    tracing::debug!(task = %task.id, %error, "an expired task's events stayed");
+                }
+            }
+            if !removed.is_empty() {
+                tracing::debug!(removed = removed.len(), "expired tasks removed");
+            }
+        }
         Err(error) => tracing::warn!(%error, "expired-task sweep failed"),
     }
     let (busy, quiet): (Vec<_>, Vec<_>) = state

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
-use tether_proto::ids::TaskId;
+use tether_proto::ids::{StreamId, TaskId};
 use tether_proto::jsonrpc::{ErrorObject, Request, Response as RpcResponse};
 use tether_proto::modern::{Envelope, TASKS_EXTENSION, complete_result, tasks_extension_required};
 use tokio_util::sync::CancellationToken;
@@ -193,7 +193,7 @@ async fn answer(
 pub(crate) async fn start(
     state: &Arc<ServerState>,
     runtime: Arc<SessionRuntime>,
-    stream: tether_proto::ids::StreamId,
+    stream: StreamId,
     request: Request,
     modern: ModernRequest,
     identity: Value,
@@ -202,7 +202,8 @@ pub(crate) async fn start(
         Arc::clone(&runtime.owner().principal),
         Some(state.config.task_ttl),
         Some(state.config.task_poll_interval),
-    );
+    )
+    .with_events(stream, runtime.record().id.clone());
     state.tasks.create(&record).await?;
     let span = tracing::info_span!("task", task = %record.id, method = %request.method);
     tokio::spawn(tracing::Instrument::instrument(
@@ -224,7 +225,7 @@ pub(crate) async fn start(
 async fn run(
     state: Arc<ServerState>,
     runtime: Arc<SessionRuntime>,
-    stream: tether_proto::ids::StreamId,
+    stream: StreamId,
     id: TaskId,
     request: Request,
     mut modern: ModernRequest,
@@ -265,10 +266,14 @@ async fn run(
     if let Err(error) = state.tasks.change(&id, change).await {
         tracing::warn!(%error, "a task's outcome could not be stored");
     }
-    runtime.close();
-    if let Err(error) = state.events.remove_session(&runtime.record().id).await {
-        tracing::debug!(%error, "a task's events were not removed");
+    // Completed after the outcome is recorded, so a reader that sees its events end finds
+    // the outcome with `tasks/get`. The stream holds what the handler emitted, not the
+    // response, and stays in the event log (the store's retention, or the task's TTL,
+    // whichever ends first).
+    if let Err(error) = state.events.complete(stream).await {
+        tracing::debug!(%error, "a task's event stream was not completed");
     }
+    runtime.close();
 }
 
 /// Cancels `token` once a client asked to cancel task `id`; ends with the task.

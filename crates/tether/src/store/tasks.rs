@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use tether_proto::ids::TaskId;
+use tether_proto::ids::{SessionId, StreamId, TaskId};
 use tokio::sync::watch;
 
 use super::StoreError;
@@ -101,6 +101,10 @@ pub struct TaskRecord {
     pub cancel_requested: bool,
     /// Bumped by every change; waiters compare it.
     pub version: u64,
+    /// The event-log session that owns the task's stream (the stream whose id is the task's),
+    /// when its events are kept: with the principal, what a reader of the stream needs.
+    #[serde(default)]
+    pub events_session: Option<SessionId>,
 }
 
 impl TaskRecord {
@@ -129,7 +133,17 @@ impl TaskRecord {
             answered: Vec::new(),
             cancel_requested: false,
             version: 1,
+            events_session: None,
         }
+    }
+
+    /// A new `working` task whose events are `stream` of `session` in the event log: the
+    /// task's id is the stream's.
+    #[must_use]
+    pub fn with_events(mut self, stream: StreamId, session: SessionId) -> Self {
+        self.id = TaskId::from(stream);
+        self.events_session = Some(session);
+        self
     }
 
     /// Whether its TTL has run out at `now_ms`.
@@ -362,9 +376,10 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Tasks of `principal` that exist now (for the per-principal limit).
     async fn count_for(&self, principal: &str) -> Result<usize, StoreError>;
 
-    /// Removes the tasks whose TTL ran out; how many (0 where the backend expires them by
-    /// itself, as Redis does).
-    async fn remove_expired(&self) -> Result<usize, StoreError>;
+    /// Removes the tasks whose TTL ran out and returns them, so the server can free what
+    /// else they held (their event streams); none where the backend expires them by itself,
+    /// as Redis does (with their streams).
+    async fn remove_expired(&self) -> Result<Vec<TaskRecord>, StoreError>;
 
     /// Ends ([`apply_restarted`]) every task an earlier process of this store left running
     /// (reported once), and, for a store shared by several nodes, every task a node whose
@@ -460,12 +475,12 @@ impl TaskMap {
     }
 
     /// The tasks whose TTL ran out.
-    pub(crate) fn expired(&self) -> Vec<TaskId> {
+    pub(crate) fn expired(&self) -> Vec<TaskRecord> {
         let now = now_ms();
         crate::lock(&self.tasks)
             .values()
             .filter(|(record, _)| record.expired_at(now))
-            .map(|(record, _)| record.id)
+            .map(|(record, _)| record.clone())
             .collect()
     }
 }
@@ -538,10 +553,11 @@ impl TaskStore for MemoryTaskStore {
         Ok(self.tasks.count_for(principal))
     }
 
-    async fn remove_expired(&self) -> Result<usize, StoreError> {
+    async fn remove_expired(&self) -> Result<Vec<TaskRecord>, StoreError> {
         let expired = self.tasks.expired();
-        self.tasks.remove(&expired);
-        Ok(expired.len())
+        let ids: Vec<TaskId> = expired.iter().map(|record| record.id).collect();
+        self.tasks.remove(&ids);
+        Ok(expired)
     }
 
     /// A memory store starts empty with its process: nothing to fail.

@@ -3,8 +3,9 @@
 //! GET and DELETE are 405; `Last-Event-ID` and `Mcp-Session-Id` on a modern request change
 //! nothing; a tampered or foreign `requestState` is refused, a genuine one survives a restart
 //! of a SQLite-backed server; log messages only when the envelope asks; a listen stream ends
-//! with its completion result on a graceful shutdown; legacy sessions are untouched beside.
-//! Raw HTTP on loopback, the real server.
+//! with its completion result on a graceful shutdown; legacy sessions are untouched beside;
+//! tasks: the per-principal limit, a task's events kept under its id, and no
+//! `CreateTaskResult` while SQLite's commit is held. Raw HTTP on loopback, the real server.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,8 +70,9 @@ async fn messages(response: RawResponse) -> Vec<Value> {
     }
 }
 
-/// A handler whose tools ask: `greet` asks the user's name (key `name`); `announce` tells
-/// listening clients the tool list changed.
+/// A handler whose tools ask: `greet` asks the user's name (key `name`); `steps` reports
+/// progress 1..=3 of 3, then answers `stepped`; `announce` tells listening clients the tool
+/// list changed. `greet` and `steps` may run as tasks.
 struct Asking;
 
 #[async_trait]
@@ -105,6 +107,15 @@ impl Handler for Asking {
                 };
                 Ok(json!({"content": [{"type": "text", "text": format!("hello {name} ({era})")}]}))
             }
+            Some("steps") => {
+                for step in 1..=3 {
+                    context
+                        .progress(f64::from(step), Some(3.0), None)
+                        .await
+                        .map_err(|e| ErrorObject::new(-32603, e.to_string()))?;
+                }
+                Ok(json!({"content": [{"type": "text", "text": "stepped"}]}))
+            }
             Some("announce") => {
                 context
                     .notify_subscribers("notifications/tools/list_changed", json!({}))
@@ -119,7 +130,7 @@ impl Handler for Asking {
     /// `greet` may run as a task (its question then waits in the task).
     fn task_support(&self, call: &Request) -> TaskSupport {
         match call.params.as_ref().and_then(|p| p["name"].as_str()) {
-            Some("greet") => TaskSupport::Optional,
+            Some("greet" | "steps") => TaskSupport::Optional,
             _ => TaskSupport::Forbidden,
         }
     }
@@ -578,4 +589,136 @@ async fn a_principal_holds_at_most_its_task_limit() {
         direct[0]["result"]["resultType"], "input_required",
         "{direct:?}"
     );
+}
+
+/// The envelope's `_meta` of a client that declares the tasks extension.
+fn as_task() -> Value {
+    json!({"io.modelcontextprotocol/clientCapabilities": {
+        "elicitation": {}, "extensions": {TASKS_EXTENSION: {}}}})
+}
+
+/// `tasks/get` of `task` until it is terminal (or 5 s pass); the last answer.
+async fn until_terminal(client: &RawClient, task: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let request = modern(client, 90, "tasks/get", json!({"taskId": task}), as_task())
+            .header("Mcp-Name", task);
+        let got = client.exchange(&request).await.unwrap().json().unwrap();
+        let status = got["result"]["status"].as_str().unwrap_or("?").to_owned();
+        if !matches!(status.as_str(), "working" | "input_required")
+            || tokio::time::Instant::now() > deadline
+        {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What a task's handler emits is kept in the event log as the stream whose id is the task
+/// id, in order, after the task ended; the response is not in it (it is the task's result).
+#[tokio::test]
+async fn a_tasks_events_stay_in_the_event_log_under_its_id() {
+    use tether::proto::ids::TaskId;
+    use tether::store::StreamOwner;
+    let stores = Stores::memory(StoreLimits::default());
+    let (events, tasks) = (Arc::clone(stores.events()), Arc::clone(stores.tasks()));
+    let (url, _stop, _task) = asking_server(stores).await;
+    let alice = alice(&url);
+    let mut meta = as_task();
+    meta["progressToken"] = json!("p");
+    let call = modern(&alice, 1, "tools/call", json!({"name": "steps"}), meta);
+    let created = alice.exchange(&call).await.unwrap().json().unwrap();
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let done = until_terminal(&alice, &id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(done["result"]["result"]["content"][0]["text"], "stepped");
+    let task = TaskId::parse(&id).unwrap();
+    let record = tasks.get(&task, "alice").await.unwrap().unwrap();
+    let owner = StreamOwner {
+        principal: Arc::from("alice"),
+        session: record.events_session.expect("the task keeps its events"),
+    };
+    let batch = events
+        .read_from_start(&owner, task.stream(), 100)
+        .await
+        .unwrap();
+    assert!(batch.complete, "the stream ended with the task");
+    let emitted: Vec<Value> = batch
+        .events
+        .iter()
+        .filter(|event| !event.is_priming())
+        .map(|event| serde_json::from_slice(event.message()).unwrap())
+        .collect();
+    let progress: Vec<f64> = emitted
+        .iter()
+        .map(|message| {
+            assert_eq!(message["method"], "notifications/progress", "{message}");
+            message["params"]["progress"].as_f64().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        progress,
+        [1.0, 2.0, 3.0],
+        "every step once, in order, nothing else"
+    );
+    // Another principal cannot read them.
+    let bob = StreamOwner {
+        principal: Arc::from("bob"),
+        session: owner.session.clone(),
+    };
+    assert!(
+        events
+            .read_from_start(&bob, task.stream(), 100)
+            .await
+            .is_err()
+    );
+}
+
+/// `CreateTaskResult` waits for the task's commit: while another connection holds SQLite's
+/// write lock no answer comes, and once it lets go the answer names a task that `tasks/get`
+/// finds.
+#[tokio::test]
+async fn no_create_task_result_while_the_sqlite_commit_is_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tether.db");
+    let stores = Stores::sqlite(&path, StoreLimits::default()).unwrap();
+    let (url, _stop, _task) = asking_server(stores).await;
+    let alice = alice(&url);
+    // Warm up: the server's first writes (sealing key, schema) are behind it.
+    let first = alice
+        .exchange(&modern(
+            &alice,
+            1,
+            "tools/call",
+            json!({"name": "steps"}),
+            as_task(),
+        ))
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(first["result"]["resultType"], "task", "{first}");
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let call = modern(&alice, 2, "tools/call", json!({"name": "steps"}), as_task());
+    let pending = tokio::spawn({
+        let alice = alice.clone();
+        async move { alice.exchange(&call).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !pending.is_finished(),
+        "no CreateTaskResult before the commit"
+    );
+    holder.execute_batch("COMMIT").unwrap();
+    let created = tokio::time::timeout(Duration::from_secs(10), pending)
+        .await
+        .expect("answered once the lock is released")
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"].as_str().unwrap();
+    let done = until_terminal(&alice, id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
 }

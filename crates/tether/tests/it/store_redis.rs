@@ -376,9 +376,12 @@ async fn a_dead_nodes_running_tasks_fail_once_its_lease_lapses() {
     let (running, finished, alive) = (new(), new(), new());
     a.create(&running).await.unwrap();
     a.create(&finished).await.unwrap();
-    a.change(&finished.id, TaskChange::completed(serde_json::json!({"ok": true})))
-        .await
-        .unwrap();
+    a.change(
+        &finished.id,
+        TaskChange::completed(serde_json::json!({"ok": true})),
+    )
+    .await
+    .unwrap();
     c.create(&alive).await.unwrap();
     assert!(
         b.fail_orphans().await.unwrap().is_empty(),
@@ -393,7 +396,11 @@ async fn a_dead_nodes_running_tasks_fail_once_its_lease_lapses() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(failed, vec![running.id], "only the dead node's running task");
+    assert_eq!(
+        failed,
+        vec![running.id],
+        "only the dead node's running task"
+    );
     let record = c.get(&running.id, "alice").await.unwrap().unwrap();
     assert_eq!(record.status, TaskStatus::Failed);
     assert_eq!(record.error.unwrap()["data"]["reason"], "server_restarted");

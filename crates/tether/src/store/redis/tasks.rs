@@ -250,8 +250,8 @@ impl TaskStore for RedisTaskStore {
     }
 
     /// Redis expires each task with its TTL by itself: nothing is left to remove.
-    async fn remove_expired(&self) -> Result<usize, StoreError> {
-        Ok(0)
+    async fn remove_expired(&self) -> Result<Vec<TaskRecord>, StoreError> {
+        Ok(Vec::new())
     }
 
     /// This node's earlier process's tasks (once), then those of every other node whose

@@ -187,14 +187,14 @@ impl TaskStore for SqliteTaskStore {
         Ok(self.tasks.count_for(principal))
     }
 
-    async fn remove_expired(&self) -> Result<usize, StoreError> {
+    async fn remove_expired(&self) -> Result<Vec<TaskRecord>, StoreError> {
         let _writing = self.writing.lock().await;
         let expired = self.tasks.expired();
-        let count = expired.len();
-        if count > 0 {
-            self.commit(Vec::new(), expired).await?;
+        if !expired.is_empty() {
+            let ids = expired.iter().map(|record| record.id).collect();
+            self.commit(Vec::new(), ids).await?;
         }
-        Ok(count)
+        Ok(expired)
     }
 
     async fn fail_orphans(&self) -> Result<Vec<TaskId>, StoreError> {
