@@ -535,11 +535,37 @@ async fn listen(
         )
     })?;
     state.metrics.modern_request(LISTEN, ModernOutcome::Result);
-    let honoured = filter.honoured(&info.capabilities);
-    let (runtime, stream) = ephemeral(state, principal, &request.id).await?;
+    let mut honoured = filter.honoured(&info.capabilities);
+    // Only the principal's own tasks are accepted; another's reads as no task at all.
+    let mut owned = Vec::with_capacity(honoured.task_ids.len());
+    for id in &honoured.task_ids {
+        if state.tasks.get(id, &principal).await?.is_some() {
+            owned.push(*id);
+        }
+    }
+    honoured.task_ids = owned;
+    let (runtime, stream) = ephemeral(state, Arc::clone(&principal), &request.id).await?;
     let guard = RequestGuard {
         runtime: Arc::clone(&runtime),
     };
+    let (snapshots, snapshots_rx) = tokio::sync::mpsc::channel(16);
+    for id in &honoured.task_ids {
+        let watcher = tasks::snapshots_for_listener(
+            Arc::clone(&state.tasks),
+            *id,
+            Arc::clone(&principal),
+            snapshots.clone(),
+        );
+        let closed = runtime.closed().clone();
+        // Ends with the task, or with the listen stream.
+        tokio::spawn(async move {
+            tokio::select! {
+                () = watcher => {}
+                () = closed.cancelled() => {}
+            }
+        });
+    }
+    drop(snapshots);
     let done = CancellationToken::new();
     tokio::spawn(subscriptions::drive(
         Arc::clone(&state.subscriptions),
@@ -548,6 +574,7 @@ async fn listen(
         request.id,
         honoured,
         server_identity(info),
+        snapshots_rx,
         state.shutdown.clone(),
         done.clone(),
     ));

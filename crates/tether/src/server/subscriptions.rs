@@ -12,13 +12,18 @@
 //! like every event; on the server's graceful shutdown it ends the stream with the completion
 //! result, so the client can tell a close from a cut. The registry is this node's: on a shared
 //! store, a change published on one node reaches the listeners of that node.
+//!
+//! `taskIds` (the tasks extension) asks for `notifications/tasks`, a full snapshot of each
+//! named task whenever it changes. Those are not published: the listen endpoint keeps the ids
+//! the principal owns, and watches each in the task store (so on any node, whoever runs the
+//! task), handing the snapshots to [`drive`] through a channel of their own.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value, json};
-use tether_proto::ids::StreamId;
+use tether_proto::ids::{StreamId, TaskId};
 use tether_proto::jsonrpc::{ErrorObject, Message, Notification, RequestId, Response};
 use tether_proto::modern::{
     META_SERVER_INFO, META_SUBSCRIPTION_ID, RESULT_COMPLETE, SUBSCRIPTIONS_ACKNOWLEDGED,
@@ -40,7 +45,13 @@ pub(crate) struct Filter {
     resources: bool,
     /// URIs whose `notifications/resources/updated` (and their sub-resources') are wanted.
     resource_uris: Vec<String>,
+    /// Tasks whose `notifications/tasks` are wanted (well-formed ids; which of them the
+    /// principal owns is the listen endpoint's to check).
+    pub(crate) task_ids: Vec<TaskId>,
 }
+
+/// Most `taskIds` one listen request may name: each is a watch on the task store.
+pub(crate) const MAX_LISTEN_TASKS: usize = 64;
 
 /// Why a listen request's filter was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,11 +102,34 @@ impl Filter {
         if object.contains_key("taskIds") && !declares_tasks {
             return Err(FilterError::TasksUndeclared);
         }
+        let task_ids = match object.get("taskIds") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(ids)) if ids.len() <= MAX_LISTEN_TASKS => {
+                let ids = ids
+                    .iter()
+                    .map(|id| id.as_str())
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| invalid(".taskIds must be an array of task ids"))?;
+                // An id that cannot be a task's names no task: not accepted, not an error
+                // (the ack says which were).
+                let mut parsed: Vec<TaskId> =
+                    ids.iter().filter_map(|id| TaskId::parse(id).ok()).collect();
+                parsed.dedup();
+                parsed
+            }
+            Some(Value::Array(_)) => {
+                return Err(invalid(&format!(
+                    ".taskIds may name at most {MAX_LISTEN_TASKS} tasks"
+                )));
+            }
+            Some(_) => return Err(invalid(".taskIds must be an array of task ids")),
+        };
         Ok(Self {
             tools: flag("toolsListChanged")?,
             prompts: flag("promptsListChanged")?,
             resources: flag("resourcesListChanged")?,
             resource_uris,
+            task_ids,
         })
     }
 
@@ -117,6 +151,7 @@ impl Filter {
             } else {
                 Vec::new()
             },
+            task_ids: self.task_ids.clone(),
         }
     }
 
@@ -134,6 +169,9 @@ impl Filter {
         }
         if !self.resource_uris.is_empty() {
             out.insert("resourceSubscriptions".into(), json!(self.resource_uris));
+        }
+        if !self.task_ids.is_empty() {
+            out.insert("taskIds".into(), json!(self.task_ids));
         }
         Value::Object(out)
     }
@@ -243,10 +281,10 @@ fn tagged(message: &[u8], id: &RequestId) -> Option<Vec<u8>> {
     serde_json::to_vec(&value).ok()
 }
 
-/// Serves one listen stream: stores the acknowledgement, then every admitted notification,
-/// until the client goes away (the runtime closes with its connection) or the server shuts
-/// down, when it stores the completion result and completes the stream. `done` is cancelled
-/// once nothing more will be stored.
+/// Serves one listen stream: stores the acknowledgement, then every admitted notification and
+/// every task snapshot `tasks` yields, until the client goes away (the runtime closes with
+/// its connection) or the server shuts down, when it stores the completion result and
+/// completes the stream. `done` is cancelled once nothing more will be stored.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn drive(
     subscriptions: Arc<Subscriptions>,
@@ -255,6 +293,7 @@ pub(crate) async fn drive(
     id: RequestId,
     filter: Filter,
     server_info: Value,
+    mut tasks: mpsc::Receiver<Vec<u8>>,
     shutdown: CancellationToken,
     done: CancellationToken,
 ) {
@@ -275,6 +314,13 @@ pub(crate) async fn drive(
             () = shutdown.cancelled() => break,
             message = rx.recv() => {
                 let Some(message) = message else { return };
+                let Some(message) = tagged(&message, &id) else { continue };
+                if let Err(error) = runtime.append_bytes(stream, &message).await {
+                    tracing::debug!(%error, "listen stream cannot continue");
+                    return;
+                }
+            }
+            Some(message) = tasks.recv() => {
                 let Some(message) = tagged(&message, &id) else { continue };
                 if let Err(error) = runtime.append_bytes(stream, &message).await {
                     tracing::debug!(%error, "listen stream cannot continue");
@@ -327,6 +373,20 @@ mod tests {
                 .code,
             -32602
         );
+        let ids = Filter::parse(
+            Some(&json!({"notifications": {"taskIds": ["not-a-task", TaskId::generate()]}})),
+            true,
+        )
+        .unwrap();
+        assert_eq!(ids.task_ids.len(), 1, "an impossible id names no task");
+        for bad in [
+            json!({"taskIds": "t"}),
+            json!({"taskIds": [1]}),
+            json!({"taskIds": vec!["t"; MAX_LISTEN_TASKS + 1]}),
+        ] {
+            let refused = Filter::parse(Some(&json!({"notifications": bad})), true).unwrap_err();
+            assert_eq!(refused.error_object().code, -32602);
+        }
         let tasks = filter(json!({"taskIds": ["t"]})).unwrap_err();
         assert_eq!(tasks.code, -32021);
         assert_eq!(

@@ -276,6 +276,49 @@ async fn run(
     runtime.close();
 }
 
+/// `notifications/tasks` for a listen stream: a full snapshot ([`detailed`]) of task `id` of
+/// `principal` now and after every change, into `tx`, until the task ends, expires or the
+/// listener goes. Read from the store, so it follows the task on whichever node runs it.
+pub(crate) async fn snapshots_for_listener(
+    tasks: Arc<dyn crate::store::TaskStore>,
+    id: TaskId,
+    principal: Arc<str>,
+    tx: tokio::sync::mpsc::Sender<Vec<u8>>,
+) {
+    let mut sent = 0;
+    loop {
+        let record = match tasks.get(&id, &principal).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%error, "watching a task for a listener");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if record.version > sent {
+            sent = record.version;
+            let notification = tether_proto::jsonrpc::Notification::new(
+                TASKS_NOTIFICATION,
+                Some(detailed(&record)),
+            );
+            let message = tether_proto::jsonrpc::Message::Notification(notification).to_vec();
+            if tx.send(message).await.is_err() {
+                return;
+            }
+        }
+        if record.status.is_terminal() {
+            return;
+        }
+        if tasks.wait_for_change(&id, record.version).await.is_err() {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The method of a task's status push on a listen stream (SEP-2663).
+pub(crate) const TASKS_NOTIFICATION: &str = "notifications/tasks";
+
 /// Cancels `token` once a client asked to cancel task `id`; ends with the task.
 async fn watch_cancellation(
     tasks: Arc<dyn crate::store::TaskStore>,

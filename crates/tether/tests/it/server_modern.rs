@@ -599,19 +599,7 @@ fn as_task() -> Value {
 
 /// `tasks/get` of `task` until it is terminal (or 5 s pass); the last answer.
 async fn until_terminal(client: &RawClient, task: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let request = modern(client, 90, "tasks/get", json!({"taskId": task}), as_task())
-            .header("Mcp-Name", task);
-        let got = client.exchange(&request).await.unwrap().json().unwrap();
-        let status = got["result"]["status"].as_str().unwrap_or("?").to_owned();
-        if !matches!(status.as_str(), "working" | "input_required")
-            || tokio::time::Instant::now() > deadline
-        {
-            return got;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_terminal_or(client, task, "completed").await
 }
 
 /// What a task's handler emits is kept in the event log as the stream whose id is the task
@@ -721,4 +709,100 @@ async fn no_create_task_result_while_the_sqlite_commit_is_held() {
     let id = created["result"]["taskId"].as_str().unwrap();
     let done = until_terminal(&alice, id).await;
     assert_eq!(done["result"]["status"], "completed", "{done}");
+}
+
+/// `subscriptions/listen` with `taskIds`: the ack names only the principal's own tasks; a
+/// full snapshot arrives now and after each change (input required, then completed once
+/// `tasks/update` answered), tagged with the subscription id.
+#[tokio::test]
+async fn a_listen_stream_carries_snapshots_of_the_principal_s_tasks() {
+    let (url, _stop, _task) = asking_server(Stores::memory(StoreLimits::default())).await;
+    let (alice, bob) = (
+        alice(&url),
+        RawClient::new(&url).unwrap().with_bearer_token("bob-token"),
+    );
+    let start = |client: &RawClient, id: i64| {
+        modern(
+            client,
+            id,
+            "tools/call",
+            json!({"name": "greet"}),
+            as_task(),
+        )
+    };
+    let mine = alice
+        .exchange(&start(&alice, 1))
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    let mine = mine["result"]["taskId"].as_str().unwrap().to_owned();
+    let theirs = bob.exchange(&start(&bob, 2)).await.unwrap().json().unwrap();
+    let theirs = theirs["result"]["taskId"].as_str().unwrap().to_owned();
+    // The task asks at once: wait until it is input_required.
+    let asked = until_terminal_or(&alice, &mine, "input_required").await;
+    assert_eq!(asked["result"]["status"], "input_required", "{asked}");
+    let listen = modern(
+        &alice,
+        7,
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": [mine, theirs]}}),
+        as_task(),
+    );
+    let mut stream = alice.send(&listen).await.unwrap();
+    let ack = next_message(&mut stream).await.unwrap();
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"taskIds": [mine]}),
+        "bob's task is not alice's to watch"
+    );
+    let now = next_message(&mut stream).await.unwrap();
+    assert_eq!(now["method"], "notifications/tasks", "{now}");
+    assert_eq!(now["params"]["taskId"], mine.as_str());
+    assert_eq!(now["params"]["status"], "input_required");
+    assert!(now["params"]["inputRequests"]["name"].is_object(), "{now}");
+    assert_eq!(
+        now["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        7
+    );
+    let update = modern(
+        &alice,
+        8,
+        "tasks/update",
+        json!({"taskId": mine, "inputResponses": {"name": {"action": "accept",
+            "content": {"name": "Ada"}}}}),
+        as_task(),
+    )
+    .header("Mcp-Name", &mine);
+    assert_eq!(alice.exchange(&update).await.unwrap().status, 200);
+    let last = loop {
+        let snapshot = next_message(&mut stream).await.unwrap();
+        assert_eq!(snapshot["method"], "notifications/tasks");
+        if snapshot["params"]["status"] == "completed" {
+            break snapshot;
+        }
+        assert_eq!(snapshot["params"]["status"], "working", "{snapshot}");
+    };
+    assert_eq!(
+        last["params"]["result"]["content"][0]["text"],
+        "hello Ada (modern)"
+    );
+}
+
+/// `tasks/get` of `task` until its status is `wanted` or terminal (or 5 s pass).
+async fn until_terminal_or(client: &RawClient, task: &str, wanted: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let request = modern(client, 91, "tasks/get", json!({"taskId": task}), as_task())
+            .header("Mcp-Name", task);
+        let got = client.exchange(&request).await.unwrap().json().unwrap();
+        let status = got["result"]["status"].as_str().unwrap_or("?").to_owned();
+        if status == wanted
+            || !matches!(status.as_str(), "working" | "input_required")
+            || tokio::time::Instant::now() > deadline
+        {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
