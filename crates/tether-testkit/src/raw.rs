@@ -339,6 +339,25 @@ pub struct RawClient {
     bearer_token: Option<String>,
 }
 
+/// The 2026-07-28 protocol version, as the modern requests of [`RawClient::modern`] state it.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// A 2026-07-28 request's `_meta`: the envelope (version, client capabilities for
+/// elicitation, sampling and roots, client info) with `extra` merged over it.
+#[must_use]
+pub fn modern_envelope(extra: Value) -> Value {
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {
+            "elicitation": {}, "sampling": {}, "roots": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "tether-testkit", "version": "1"},
+    });
+    if let (Value::Object(meta), Value::Object(extra)) = (&mut meta, extra) {
+        meta.extend(extra);
+    }
+    meta
+}
+
 impl RawClient {
     /// A client for `http://HOST:PORT/PATH` (HOST an IP address or `localhost`).
     ///
@@ -418,6 +437,28 @@ impl RawClient {
         let id = self.next_id;
         self.next_id += 1;
         id
+    }
+
+    /// A 2026-07-28 POST of `method` with `params`, its `_meta` the envelope with `meta`
+    /// merged ([`modern_envelope`]), and the SEP-2243 headers (`Mcp-Method`, and `Mcp-Name`
+    /// from `params.name`, `params.uri` or `params.taskId`).
+    #[must_use]
+    pub fn modern(&self, id: i64, method: &str, mut params: Value, meta: Value) -> RawRequest {
+        params["_meta"] = modern_envelope(meta);
+        let name = ["name", "uri", "taskId"]
+            .iter()
+            .find_map(|key| params.get(*key))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let mut request = self
+            .request("POST")
+            .header("MCP-Protocol-Version", MODERN_VERSION)
+            .header("Mcp-Method", method)
+            .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        if let Some(name) = name {
+            request = request.header("Mcp-Name", &name);
+        }
+        request
     }
 
     /// A request to the endpoint with the headers a 2025-11-25 client sends: `Host`,

@@ -1,7 +1,7 @@
 //! The stdio gateway: any stdio MCP server behind tether's resumable Streamable HTTP.
 //!
-//! [`StdioGateway`] is a [`Handler`] that runs one child process per session (started by
-//! `initialize`, stopped by DELETE, idle expiry, a failure or shutdown) and relays JSON-RPC
+//! [`StdioGateway`] is a [`Handler`] that runs one child process per legacy session (started
+//! by `initialize`, stopped by DELETE, idle expiry, a failure or shutdown) and relays JSON-RPC
 //! between the session and the child's stdin and stdout, one message per line. What the
 //! child says goes through the request contexts, so it is stored before it is sent and a
 //! client that loses its connection resumes without a gap, although the child knows nothing
@@ -15,6 +15,20 @@
 //! written back to the child under the child's own ids; cancellations of client requests
 //! become `notifications/cancelled` to the child.
 //!
+//! 2026-07-28 clients have no session: their requests go to one child per principal, started
+//! on the principal's first request (`server/discover` included, which answers with the
+//! child's own identity and capabilities) with the legacy handshake at the latest 2025
+//! version, declaring elicitation, sampling and roots, and reused. Their ids and progress
+//! tokens need not be unique across a principal's clients, so the child sees the gateway's
+//! (`tether-m<n>`, `tether-p<n>`) and the client its own. A server→client request the child
+//! sends while serving one becomes that request's `input_required` result (the client's retry
+//! runs the call again, and the child's question is then answered at once from the retry) or,
+//! in a task, the task's `inputRequests`, answered by `tasks/update`; every `tools/call` may
+//! run as a task. What has no 2026-07-28 equivalent is refused or dropped: a server→client
+//! request outside any client request (or beside several) gets an error, a notification
+//! outside any request is dropped. A principal's child that dies fails its requests in
+//! flight, and the next request starts a new one.
+//!
 //! A child that exits, writes a line that is not a JSON-RPC message (or longer than
 //! [`GatewayConfig::max_line_bytes`]) or does not answer `initialize` in time fails its
 //! session: the requests in flight get JSON-RPC errors and the session answers 404 from then
@@ -26,6 +40,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,13 +51,16 @@ use tether_proto::jsonrpc::{
     CANCELLED_NOTIFICATION, ErrorObject, INTERNAL_ERROR, Message, Notification, ProgressToken,
     Request, RequestId, Response,
 };
+use tether_proto::version::ProtocolVersion;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::lock;
-use crate::server::{ContextError, Handler, RequestContext, ServerInfo, SessionContext};
+use crate::server::{
+    ContextError, Handler, LogLevel, RequestContext, ServerInfo, SessionContext, TaskSupport,
+};
 use crate::stdio;
 
 /// Default for [`GatewayConfig::initialize_timeout`]: generous for a server started through
@@ -90,7 +108,23 @@ impl GatewayConfig {
 #[derive(Debug)]
 pub struct StdioGateway {
     config: GatewayConfig,
+    /// The legacy sessions' children, one per session.
     children: Mutex<HashMap<SessionId, Arc<Child>>>,
+    /// The 2026-07-28 era's children, one per principal, each started on first use.
+    principals: Mutex<HashMap<Arc<str>, PrincipalSlot>>,
+    /// Numbers the ids and progress tokens of modern requests as the children see them.
+    next_id: AtomicU64,
+}
+
+/// Where a principal's child lives; locked while one starts, so concurrent first requests
+/// share the start.
+type PrincipalSlot = Arc<tokio::sync::Mutex<Option<Started>>>;
+
+/// A principal's child that answered the legacy handshake, and who it said it is.
+#[derive(Debug, Clone)]
+struct Started {
+    child: Arc<Child>,
+    info: ServerInfo,
 }
 
 impl StdioGateway {
@@ -100,13 +134,71 @@ impl StdioGateway {
         Self {
             config,
             children: Mutex::new(HashMap::new()),
+            principals: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
         }
     }
 
-    /// How many children are running.
+    /// How many children are running for legacy sessions.
     #[must_use]
     pub fn children(&self) -> usize {
         lock(&self.children).len()
+    }
+
+    /// `principal`'s child for 2026-07-28 requests: the running one, or a new one once it
+    /// answered the legacy handshake (a dead one is replaced). Concurrent first requests of a
+    /// principal share one start.
+    async fn principal_child(&self, principal: &str) -> Result<Started, ErrorObject> {
+        let slot = Arc::clone(
+            lock(&self.principals)
+                .entry(Arc::from(principal))
+                .or_default(),
+        );
+        let mut slot = slot.lock().await;
+        if let Some(started) = slot.as_ref()
+            && !started.child.is_dead()
+        {
+            return Ok(started.clone());
+        }
+        if let Some(dead) = slot.take() {
+            dead.child.stop();
+        }
+        let owner = Owner::Principal(Arc::from(principal));
+        let child = Child::spawn(&self.config, owner).map_err(|error| {
+            tracing::error!(principal, %error, "cannot start the stdio server");
+            gateway_error(format!("cannot start the stdio server: {error}"))
+        })?;
+        let handshake = Request::new(
+            RequestId::String("tether-initialize".into()),
+            "initialize",
+            Some(json!({
+                "protocolVersion": ProtocolVersion::LATEST_LEGACY.as_str(),
+                // What the gateway maps to 2026-07-28 input requests.
+                "capabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
+                "clientInfo": {"name": "tether-gateway", "version": env!("CARGO_PKG_VERSION")},
+            })),
+        );
+        let result = match child.initialize(&handshake, None, &self.config).await {
+            Ok(result) => result,
+            Err(error) => {
+                child.stop();
+                return Err(error);
+            }
+        };
+        let started = Started {
+            child,
+            info: server_info_of(&result),
+        };
+        *slot = Some(started.clone());
+        Ok(started)
+    }
+
+    /// A gateway-wide number for the id (or progress token) a child sees.
+    fn next_child_id(&self, kind: &str) -> String {
+        format!(
+            "tether-{kind}{}",
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     fn child(&self, session: &SessionId) -> Option<Arc<Child>> {
@@ -116,6 +208,50 @@ impl StdioGateway {
     fn remove(&self, session: &SessionId) -> Option<Arc<Child>> {
         lock(&self.children).remove(session)
     }
+}
+
+/// Who the child's `initialize` result says it is.
+fn server_info_of(result: &Value) -> ServerInfo {
+    let text = |key: &str| {
+        result["serverInfo"][key]
+            .as_str()
+            .unwrap_or("stdio-server")
+            .to_owned()
+    };
+    ServerInfo {
+        name: text("name"),
+        version: text("version"),
+        capabilities: result
+            .get("capabilities")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        instructions: result
+            .get("instructions")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    }
+}
+
+/// A 2026-07-28 request as a legacy child sees it: the gateway's own id, the envelope and
+/// the retry fields (`inputResponses`, `requestState`, which the transport consumed) taken
+/// out, and the progress token replaced by `token` when there is one.
+fn for_legacy_child(request: &Request, id: RequestId, token: Option<&str>) -> Request {
+    let mut forwarded = request.clone();
+    forwarded.id = id;
+    if let Some(Value::Object(params)) = &mut forwarded.params {
+        params.remove("inputResponses");
+        params.remove("requestState");
+        if let Some(Value::Object(meta)) = params.get_mut("_meta") {
+            meta.retain(|key, _| !key.starts_with("io.modelcontextprotocol/"));
+            if let Some(token) = token {
+                meta.insert("progressToken".into(), Value::from(token));
+            }
+            if meta.is_empty() {
+                params.remove("_meta");
+            }
+        }
+    }
+    forwarded
 }
 
 /// A JSON-RPC error from the gateway itself.
@@ -140,19 +276,33 @@ impl Handler for StdioGateway {
         }
     }
 
+    async fn modern_server_info(&self, principal: &str) -> Result<ServerInfo, ErrorObject> {
+        Ok(self.principal_child(principal).await?.info)
+    }
+
+    /// Every tool may run as a task: the child's call is then held by tether, not by the
+    /// client's connection.
+    fn task_support(&self, call: &Request) -> TaskSupport {
+        let _ = call;
+        TaskSupport::Optional
+    }
+
     async fn initialize(
         &self,
         request: &Request,
         session: SessionContext,
     ) -> Result<Value, ErrorObject> {
         let id = session.session_id().clone();
-        let child = Child::spawn(&self.config, session.clone()).map_err(|error| {
-            tracing::error!(session = %id, %error, "cannot start the stdio server");
-            gateway_error(format!("cannot start the stdio server: {error}"))
-        })?;
+        let child =
+            Child::spawn(&self.config, Owner::Session(session.clone())).map_err(|error| {
+                tracing::error!(session = %id, %error, "cannot start the stdio server");
+                gateway_error(format!("cannot start the stdio server: {error}"))
+            })?;
         lock(&self.children).insert(id, Arc::clone(&child));
         // On failure the transport ends the session, and `session_closed` stops the child.
-        child.initialize(request, &session, &self.config).await
+        child
+            .initialize(request, Some(session.protocol_version()), &self.config)
+            .await
     }
 
     fn session_alive(&self, session: &SessionId) -> bool {
@@ -167,7 +317,13 @@ impl Handler for StdioGateway {
     }
 
     async fn shutdown(&self) {
-        let children: Vec<Arc<Child>> = lock(&self.children).drain().map(|(_, c)| c).collect();
+        let mut children: Vec<Arc<Child>> = lock(&self.children).drain().map(|(_, c)| c).collect();
+        let slots: Vec<_> = lock(&self.principals).drain().map(|(_, s)| s).collect();
+        for slot in slots {
+            if let Some(started) = slot.lock().await.take() {
+                children.push(started.child);
+            }
+        }
         for child in &children {
             child.stop();
         }
@@ -182,18 +338,17 @@ impl Handler for StdioGateway {
         context: RequestContext,
     ) -> Result<Value, ErrorObject> {
         if context.era() == crate::server::Era::Modern {
-            // A child speaks the legacy handshake; serving it to 2026-07-28 clients (one child
-            // per principal, its requests mapped to input_required) is not built yet.
-            return Err(gateway_error(
-                "this gateway serves its stdio server to 2025 sessions only: open one with \
-                 initialize",
-            ));
+            let started = self.principal_child(context.session().principal()).await?;
+            let id = RequestId::String(self.next_child_id("m"));
+            let token = context.progress_token().map(|_| self.next_child_id("p"));
+            let forwarded = for_legacy_child(&request, id, token.as_deref());
+            return started.child.call(forwarded, context, token).await;
         }
         let session = context.session().session_id().clone();
         let Some(child) = self.child(&session) else {
             return Err(gateway_error("this session's stdio server is not running"));
         };
-        child.call(request, context).await
+        child.call(request, context, None).await
     }
 
     async fn handle_notification(&self, notification: Notification, session: SessionContext) {
@@ -210,7 +365,29 @@ impl Handler for StdioGateway {
 struct Pending {
     /// `None` for `initialize`, which has no request context.
     context: Option<RequestContext>,
+    /// The progress token the child was given in place of the client's (2026-07-28
+    /// requests, whose tokens need not be unique across a principal's clients).
+    child_token: Option<String>,
     answer: oneshot::Sender<Result<Value, ErrorObject>>,
+}
+
+/// Whom a child serves.
+#[derive(Clone)]
+enum Owner {
+    /// One legacy session: what is related to no request goes to its standalone stream.
+    Session(SessionContext),
+    /// A principal's 2026-07-28 requests: there is no stream outside a request.
+    Principal(Arc<str>),
+}
+
+/// The session id, or `principal:<name>`, as logs show it.
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Session(session) => write!(f, "{}", session.session_id()),
+            Self::Principal(principal) => write!(f, "principal:{principal}"),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -220,9 +397,9 @@ struct Routing {
     dead: Option<String>,
 }
 
-/// One session's stdio server.
+/// One session's, or one principal's, stdio server.
 struct Child {
-    session: SessionContext,
+    owner: Owner,
     stdin: mpsc::Sender<Vec<u8>>,
     routing: Mutex<Routing>,
     /// Cancelled to stop the child (the session ended).
@@ -234,7 +411,7 @@ struct Child {
 impl std::fmt::Debug for Child {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Child")
-            .field("session", self.session.session_id())
+            .field("owner", &self.owner.to_string())
             .field("dead", &lock(&self.routing).dead)
             .finish_non_exhaustive()
     }
@@ -243,7 +420,7 @@ impl std::fmt::Debug for Child {
 impl Child {
     /// Starts the process and the tasks that feed its stdin, read its stdout and stderr, and
     /// reap it.
-    fn spawn(config: &GatewayConfig, session: SessionContext) -> std::io::Result<Arc<Self>> {
+    fn spawn(config: &GatewayConfig, owner: Owner) -> std::io::Result<Arc<Self>> {
         let mut command = Command::new(&config.program);
         command
             .args(&config.args)
@@ -264,13 +441,13 @@ impl Child {
         };
         let (tx, rx) = mpsc::channel(STDIN_QUEUE);
         let child = Arc::new(Self {
-            session,
+            owner,
             stdin: tx,
             routing: Mutex::new(Routing::default()),
             stop: CancellationToken::new(),
             exited: CancellationToken::new(),
         });
-        let id = child.session.session_id().clone();
+        let id = child.owner.to_string();
         tracing::info!(session = %id, pid = process.id(), "stdio server started");
         tokio::spawn(feed_stdin(stdin, rx, child.stop.clone()));
         tokio::spawn(log_stderr(BufReader::new(stderr), id));
@@ -313,7 +490,7 @@ impl Child {
     /// Fails the session: the child is dead, so is the session (the transport answers 404
     /// from now on, through `session_alive`).
     fn fail(&self, why: String) {
-        let session = self.session.session_id();
+        let session = &self.owner;
         if self.die(why.clone()) {
             tracing::error!(%session, reason = %why, "stdio server failed; ending its session");
         }
@@ -331,18 +508,21 @@ impl Child {
         }
     }
 
-    /// Sends `initialize` (at the session's negotiated version) and waits for the answer;
-    /// then `notifications/initialized`, which the transport consumed.
+    /// Sends `initialize` and waits for the answer; then `notifications/initialized`, which
+    /// the transport consumed. With `negotiated` (a session's version) the request asks for it
+    /// and the child must answer with it; without (a principal's child), the request's own
+    /// version is asked and any 2025 version the child answers is taken.
     async fn initialize(
         self: &Arc<Self>,
         request: &Request,
-        session: &SessionContext,
+        negotiated: Option<ProtocolVersion>,
         config: &GatewayConfig,
     ) -> Result<Value, ErrorObject> {
-        let negotiated = session.protocol_version();
         let mut forwarded = request.clone();
         let mut params = forwarded.params.take().unwrap_or_else(|| json!({}));
-        params["protocolVersion"] = Value::from(negotiated.as_str());
+        if let Some(negotiated) = negotiated {
+            params["protocolVersion"] = Value::from(negotiated.as_str());
+        }
         forwarded.params = Some(params);
         let (tx, rx) = oneshot::channel();
         // Initialize has no request context: register a waiter keyed by its id.
@@ -362,10 +542,17 @@ impl Child {
         drop(waiter);
         let result = answer?;
         let version = result.get("protocolVersion").and_then(Value::as_str);
-        if version != Some(negotiated.as_str()) {
-            let why = format!(
-                "it answered initialize with protocol version {version:?}, not {negotiated}"
+        let acceptable = match negotiated {
+            Some(negotiated) => version == Some(negotiated.as_str()),
+            None => version.is_some_and(|v| ProtocolVersion::parse_legacy(v).is_ok()),
+        };
+        if !acceptable {
+            let wanted = negotiated.map_or_else(
+                || "a 2025 version".to_owned(),
+                |negotiated| negotiated.to_string(),
             );
+            let why =
+                format!("it answered initialize with protocol version {version:?}, not {wanted}");
             self.fail(why.clone());
             return Err(failed(&why));
         }
@@ -378,8 +565,14 @@ impl Child {
     }
 
     /// Relays one client request and waits for the child's answer. On cancellation the
-    /// child is told, and the (discarded) result is an error.
-    async fn call(&self, request: Request, context: RequestContext) -> Result<Value, ErrorObject> {
+    /// child is told, and the (discarded) result is an error. `child_token` is the progress
+    /// token the request carries in place of the client's, if it was replaced.
+    async fn call(
+        &self,
+        request: Request,
+        context: RequestContext,
+        child_token: Option<String>,
+    ) -> Result<Value, ErrorObject> {
         let id = request.id.clone();
         let (tx, rx) = oneshot::channel();
         {
@@ -391,6 +584,7 @@ impl Child {
                 id.clone(),
                 Pending {
                     context: Some(context.clone()),
+                    child_token,
                     answer: tx,
                 },
             );
@@ -454,16 +648,31 @@ impl Child {
             Message::Response(response) => self.answer(response),
             Message::Notification(notification) => {
                 let target = self.target(notification.progress_token().as_ref());
-                let params = notification.params.unwrap_or(Value::Null);
+                let mut params = notification.params.unwrap_or(Value::Null);
                 // Awaited: returns once the line is queued for its commit (store/pipeline.rs),
                 // so the next line is read while earlier ones commit, and a full pipeline
                 // window holds the child back (backpressure).
-                let sent = match &target {
-                    Some(context) => context.notify(&notification.method, params).await,
-                    None => self.session.notify(&notification.method, params).await,
+                let sent = match (&target, &self.owner) {
+                    (Some(context), _) => {
+                        if let (Some(token), Value::Object(params)) =
+                            (context.progress_token(), &mut params)
+                            && params.contains_key("progressToken")
+                        {
+                            // The client's own token, where the child was given another.
+                            params.insert("progressToken".into(), json!(token));
+                        }
+                        relay_notification(context, &notification.method, params).await
+                    }
+                    (None, Owner::Session(session)) => {
+                        session.notify(&notification.method, params).await
+                    }
+                    (None, Owner::Principal(_)) => {
+                        tracing::debug!(session = %self.owner, method = %notification.method, "a notification outside any request has no 2026-07-28 stream: dropped");
+                        Ok(())
+                    }
                 };
                 if let Err(error) = sent {
-                    tracing::debug!(session = %self.session.session_id(), %error, method = %notification.method, "notification from the stdio server dropped");
+                    tracing::debug!(session = %self.owner, %error, method = %notification.method, "notification from the stdio server dropped");
                 }
             }
             Message::Request(request) => {
@@ -473,9 +682,15 @@ impl Child {
                 // messages must keep flowing meanwhile.
                 tokio::spawn(async move {
                     let params = request.params.unwrap_or(Value::Null);
-                    let answer = match &target {
-                        Some(context) => context.request(&request.method, params).await,
-                        None => child.session.request(&request.method, params).await,
+                    let answer = match (&target, &child.owner) {
+                        (Some(context), _) => context.request(&request.method, params).await,
+                        (None, Owner::Session(session)) => {
+                            session.request(&request.method, params).await
+                        }
+                        (None, Owner::Principal(_)) => Err(ContextError::Remote(gateway_error(
+                            "a request outside any client request (or beside several) has no \
+                             2026-07-28 equivalent",
+                        ))),
                     };
                     let response = match answer {
                         Ok(result) => Response::success(request.id, result),
@@ -496,7 +711,7 @@ impl Child {
     /// Hands the child's response to the request waiting for it (or to initialize).
     fn answer(&self, response: Response) {
         let Some(id) = response.id().cloned() else {
-            tracing::warn!(session = %self.session.session_id(), "the stdio server sent a response without an id");
+            tracing::warn!(session = %self.owner, "the stdio server sent a response without an id");
             return;
         };
         let waiter = lock(&self.routing).pending.remove(&id);
@@ -509,26 +724,31 @@ impl Child {
                 let _ = pending.answer.send(result);
             }
             None => {
-                tracing::debug!(session = %self.session.session_id(), request = %id, "response to no pending request dropped");
+                tracing::debug!(session = %self.owner, request = %id, "response to no pending request dropped");
             }
         }
     }
 
-    /// The request a related message belongs to: the one with `token`, else the only one
-    /// in flight; `None` for the standalone stream.
+    /// The request a related message belongs to: the one whose token (as the child knows
+    /// it) is `token`, else the only one in flight; `None` for the standalone stream.
     fn target(&self, token: Option<&ProgressToken>) -> Option<RequestContext> {
         let routing = lock(&self.routing);
+        if let Some(token) = token
+            && let Some(context) = routing.pending.values().find_map(|pending| {
+                let context = pending.context.as_ref()?;
+                let known = match &pending.child_token {
+                    Some(child) => matches!(token, ProgressToken::String(t) if t == child),
+                    None => context.progress_token() == Some(token),
+                };
+                known.then_some(context)
+            })
+        {
+            return Some(context.clone());
+        }
         let mut contexts = routing
             .pending
             .values()
             .filter_map(|pending| pending.context.as_ref());
-        if let Some(token) = token
-            && let Some(context) = contexts
-                .clone()
-                .find(|context| context.progress_token() == Some(token))
-        {
-            return Some(context.clone());
-        }
         match (contexts.next(), contexts.next()) {
             (Some(only), None) => Some(only.clone()),
             _ => None,
@@ -538,7 +758,7 @@ impl Child {
     /// Waits for the process to exit, or stops it: stdin is closed first (a stdio server
     /// exits on end-of-file), then the whole process group is killed after a grace period.
     async fn reap(self: Arc<Self>, mut process: tokio::process::Child) {
-        let id = self.session.session_id().clone();
+        let id = self.owner.to_string();
         let status = tokio::select! {
             status = process.wait() => status,
             () = self.stop.cancelled() => {
@@ -561,6 +781,28 @@ impl Child {
         let _ = self.die("it exited".to_owned());
         self.exited.cancel();
     }
+}
+
+/// A notification of the child's, related to `context`'s request. A log message to a
+/// 2026-07-28 request goes through [`RequestContext::log`], so the envelope's `logLevel`
+/// decides (the child never heard of it).
+async fn relay_notification(
+    context: &RequestContext,
+    method: &str,
+    params: Value,
+) -> Result<(), ContextError> {
+    if method == "notifications/message"
+        && context.era() == crate::server::Era::Modern
+        && let Some(level) = params
+            .get("level")
+            .and_then(Value::as_str)
+            .and_then(|level| level.parse::<LogLevel>().ok())
+    {
+        let logger = params.get("logger").and_then(Value::as_str);
+        let data = params.get("data").cloned().unwrap_or(Value::Null);
+        return context.log(level, logger, data).await;
+    }
+    context.notify(method, params).await
 }
 
 /// Kills the child's process group (it leads its own, see `spawn`).
@@ -591,6 +833,7 @@ impl InitializeWaiter {
             id.clone(),
             Pending {
                 context: None,
+                child_token: None,
                 answer,
             },
         );
@@ -627,8 +870,8 @@ async fn feed_stdin(
     let _ = stdin.shutdown().await;
 }
 
-/// Logs the child's stderr, one line per record, tagged with its session.
-async fn log_stderr(mut stderr: impl AsyncBufRead + Unpin, session: SessionId) {
+/// Logs the child's stderr, one line per record, tagged with its session (or principal).
+async fn log_stderr(mut stderr: impl AsyncBufRead + Unpin, session: String) {
     let mut line = Vec::new();
     loop {
         line.clear();

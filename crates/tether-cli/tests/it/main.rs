@@ -13,6 +13,7 @@ mod conformance_client;
 mod conformance_server;
 mod connect;
 mod gateway_faults;
+mod gateway_modern;
 mod gateway_peers;
 mod restart;
 mod sdk_matrix;

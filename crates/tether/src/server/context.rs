@@ -93,6 +93,13 @@ impl SessionContext {
         &self.runtime.record().id
     }
 
+    /// The authenticated principal the session (or the 2026-07-28 request) belongs to
+    /// (`store::ANONYMOUS_PRINCIPAL` without authentication).
+    #[must_use]
+    pub fn principal(&self) -> &str {
+        &self.runtime.owner().principal
+    }
+
     /// The protocol version negotiated at `initialize`.
     #[must_use]
     pub fn protocol_version(&self) -> ProtocolVersion {

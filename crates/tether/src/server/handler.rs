@@ -71,6 +71,16 @@ pub trait Handler: Send + Sync + 'static {
     /// The server's name, version and capabilities for the initialize result.
     fn server_info(&self) -> ServerInfo;
 
+    /// Who the server is to a 2026-07-28 client of `principal`: the identity and
+    /// capabilities `server/discover` states and every modern result carries. By default
+    /// [`server_info`](Handler::server_info). A handler that learns them from per-principal
+    /// state (the stdio gateway asks its child) answers here; an error answers the request
+    /// with it.
+    async fn modern_server_info(&self, principal: &str) -> Result<ServerInfo, ErrorObject> {
+        let _ = principal;
+        Ok(self.server_info())
+    }
+
     /// Answers `initialize` for the session just created (its version already negotiated):
     /// the `result` object. By default, [`server_info`](Handler::server_info) at the
     /// negotiated version. An error is sent as the JSON-RPC error response and the session is

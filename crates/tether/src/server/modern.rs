@@ -108,7 +108,14 @@ pub(crate) async fn post(
             removed_method(&method),
         ));
     }
-    let info = state.handler.server_info();
+    let info = state
+        .handler
+        .modern_server_info(&post.principal)
+        .await
+        .map_err(|error| {
+            let status = error_status(&error);
+            refused(state, &method, Some(request.id.clone()), status, error)
+        })?;
     if let Some(outcome) = tasks::method(state, &post.principal, &request, &envelope).await {
         return Ok(answered(state, &request, outcome, &info));
     }

@@ -22,38 +22,9 @@ use tether_testkit::raw::{RawClient, RawRequest, RawResponse, SseItem};
 
 use super::support::server::TestServer;
 
-const MODERN: &str = "2026-07-28";
-
-/// A modern request's envelope, with `extra` merged into `_meta`.
-fn envelope(extra: Value) -> Value {
-    let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}},
-        "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
-    });
-    if let (Value::Object(meta), Value::Object(extra)) = (&mut meta, extra) {
-        meta.extend(extra);
-    }
-    meta
-}
-
-/// A modern POST of `method` with `params` (the envelope added) and the SEP-2243 headers.
-fn modern(client: &RawClient, id: i64, method: &str, mut params: Value, meta: Value) -> RawRequest {
-    params["_meta"] = envelope(meta);
-    let name = params
-        .get("name")
-        .or_else(|| params.get("uri"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let mut request = client
-        .request("POST")
-        .header("MCP-Protocol-Version", MODERN)
-        .header("Mcp-Method", method)
-        .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-    if let Some(name) = name {
-        request = request.header("Mcp-Name", &name);
-    }
-    request
+/// A modern POST (the testkit's envelope and headers).
+fn modern(client: &RawClient, id: i64, method: &str, params: Value, meta: Value) -> RawRequest {
+    client.modern(id, method, params, meta)
 }
 
 /// The JSON-RPC messages of an SSE or JSON answer, read to its end.
@@ -182,7 +153,9 @@ async fn metrics(server: &TestServer) -> String {
 #[tokio::test]
 async fn modern_get_and_delete_are_405_allowing_post() {
     let server = TestServer::start(ServerConfig::default()).await;
-    let client = server.client().with_protocol_version(MODERN);
+    let client = server
+        .client()
+        .with_protocol_version(tether_testkit::raw::MODERN_VERSION);
     for method in ["GET", "DELETE"] {
         let transcript = client.exchange(&client.request(method)).await.unwrap();
         assert_eq!(transcript.status, 405, "{method}");
@@ -772,8 +745,7 @@ async fn a_listen_stream_carries_snapshots_of_the_principal_s_tasks() {
         json!({"taskId": mine, "inputResponses": {"name": {"action": "accept",
             "content": {"name": "Ada"}}}}),
         as_task(),
-    )
-    .header("Mcp-Name", &mine);
+    );
     assert_eq!(alice.exchange(&update).await.unwrap().status, 200);
     let last = loop {
         let snapshot = next_message(&mut stream).await.unwrap();
@@ -793,8 +765,7 @@ async fn a_listen_stream_carries_snapshots_of_the_principal_s_tasks() {
 async fn until_terminal_or(client: &RawClient, task: &str, wanted: &str) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let request = modern(client, 91, "tasks/get", json!({"taskId": task}), as_task())
-            .header("Mcp-Name", task);
+        let request = modern(client, 91, "tasks/get", json!({"taskId": task}), as_task());
         let got = client.exchange(&request).await.unwrap().json().unwrap();
         let status = got["result"]["status"].as_str().unwrap_or("?").to_owned();
         if status == wanted
