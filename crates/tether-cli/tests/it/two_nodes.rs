@@ -10,6 +10,10 @@
 //! session are handed to node A: the call runs in A's child, a server→client request from it
 //! reaches the client through B and the client's answer, POSTed to B, reaches the child; a
 //! DELETE sent to B ends the session and A's child.
+//!
+//! Tasks (2026-07-28): node B reads the tasks node A made; when A dies, B fails A's running
+//! task (`server_restarted`) after A's lease and A's finished task stays readable; a task's
+//! question is answered on B and the answer reaches the child running it on A.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -344,6 +348,132 @@ async fn a_json_answer_is_collected_by_the_node_that_received_the_call() -> anyh
         }
     }
     ensure!(progress == [json!(1), json!(2), json!(3)], "{progress:?}");
+    a.terminate().await?;
+    b.terminate().await?;
+    Ok(())
+}
+
+/// `_meta` of a 2026-07-28 client that declares the tasks extension.
+fn as_task() -> Value {
+    json!({"io.modelcontextprotocol/clientCapabilities": {
+        "roots": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}})
+}
+
+/// `tasks/get` of `task` on `node` until its status is `wanted` or terminal (or 20 s pass).
+async fn task_on(node: &ServerProcess, task: &str, wanted: &str) -> anyhow::Result<Value> {
+    let client = RawClient::new(node.url())?.with_timeout(Duration::from_secs(30));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let request = client.modern(9, "tasks/get", json!({"taskId": task}), as_task());
+        let got = client.exchange(&request).await?.json()?;
+        let status = got["result"]["status"].as_str().unwrap_or("?").to_owned();
+        if status == wanted
+            || !matches!(status.as_str(), "working" | "input_required")
+            || Instant::now() > deadline
+        {
+            return Ok(got);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Starts `count` with `arguments` as a task on `node`; its id.
+async fn start_count_task(node: &ServerProcess, arguments: Value) -> anyhow::Result<String> {
+    let client = RawClient::new(node.url())?.with_timeout(Duration::from_secs(30));
+    let call = client.modern(
+        1,
+        "tools/call",
+        json!({"name": "count", "arguments": arguments}),
+        as_task(),
+    );
+    let created = client.exchange(&call).await?.json()?;
+    ensure!(created["result"]["resultType"] == "task", "{created}");
+    Ok(created["result"]["taskId"]
+        .as_str()
+        .context("a task id")?
+        .to_owned())
+}
+
+/// Tasks made on node A are read from node B; when A dies, B fails A's running task with
+/// `server_restarted` once A's lease ran out, and A's finished task stays readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_running_task_fails_and_its_finished_one_stays() -> anyhow::Result<()> {
+    let redis = RedisServer::start().await?;
+    let mut a = node(&redis, "node-a").await?;
+    let mut b = node(&redis, "node-b").await?;
+    let finished = start_count_task(&a, json!({"n": 2})).await?;
+    let running = start_count_task(&a, json!({"n": 100_000, "interval_ms": 20})).await?;
+    let done = task_on(&b, &finished, "completed").await?;
+    ensure!(
+        done["result"]["status"] == "completed",
+        "B reads A's task: {done}"
+    );
+    ensure!(
+        done["result"]["result"]["content"][0]["text"] == "counted 2",
+        "{done}"
+    );
+    let working = task_on(&b, &running, "working").await?;
+    ensure!(working["result"]["status"] == "working", "{working}");
+
+    let killed = Instant::now();
+    a.kill().await?;
+    let failed = task_on(&b, &running, "failed").await?;
+    let took = killed.elapsed();
+    ensure!(failed["result"]["status"] == "failed", "{failed}");
+    ensure!(
+        failed["result"]["error"]["data"]["reason"] == json!(SERVER_RESTARTED_REASON),
+        "{failed}"
+    );
+    ensure!(
+        took >= Duration::from_secs(LEASE_SECS) / 2,
+        "not before A's lease ran out ({took:?})"
+    );
+    let still = task_on(&b, &finished, "completed").await?;
+    ensure!(still["result"]["status"] == "completed", "{still}");
+    b.terminate().await?;
+    Ok(())
+}
+
+/// A task runs in node A's stdio child; its question, read on node B, is answered with
+/// `tasks/update` on node B, and the answer reaches A's child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_answer_sent_to_another_node_reaches_the_running_child() -> anyhow::Result<()> {
+    let redis = RedisServer::start().await?;
+    let (dir_a, dir_b) = (TempDir::new()?, TempDir::new()?);
+    let mut a = gateway_node(&redis, "node-a", dir_a.path()).await?;
+    let mut b = gateway_node(&redis, "node-b", dir_b.path()).await?;
+    let on_a = RawClient::new(a.url())?.with_timeout(Duration::from_secs(30));
+    let created = on_a
+        .exchange(&on_a.modern(1, "tools/call", json!({"name": "ask"}), as_task()))
+        .await?
+        .json()?;
+    let task = created["result"]["taskId"]
+        .as_str()
+        .context("a task")?
+        .to_owned();
+    let waiting = task_on(&b, &task, "input_required").await?;
+    let key = waiting["result"]["inputRequests"]
+        .as_object()
+        .and_then(|questions| questions.keys().next().cloned())
+        .with_context(|| format!("a question: {waiting}"))?;
+    let roots = json!({"roots": [{"uri": "file:///b", "name": "b"}]});
+    let on_b = RawClient::new(b.url())?.with_timeout(Duration::from_secs(30));
+    let update = on_b.modern(
+        2,
+        "tasks/update",
+        json!({"taskId": task, "inputResponses": {key: roots}}),
+        as_task(),
+    );
+    let ack = on_b.exchange(&update).await?;
+    ensure!(ack.status == 200, "{:?}", ack.json());
+    let done = task_on(&a, &task, "completed").await?;
+    let text = done["result"]["result"]["content"][0]["text"]
+        .as_str()
+        .with_context(|| format!("a result: {done}"))?;
+    ensure!(
+        serde_json::from_str::<Value>(text)? == roots,
+        "A's child got B's answer: {done}"
+    );
     a.terminate().await?;
     b.terminate().await?;
     Ok(())

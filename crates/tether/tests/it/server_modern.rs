@@ -777,3 +777,81 @@ async fn until_terminal_or(client: &RawClient, task: &str, wanted: &str) -> Valu
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The task methods' refusals: an `Mcp-Name` that is not the task id is -32020 (400); an
+/// unknown id and another principal's task get the same -32602 answer; a client that did not
+/// declare the extension gets -32021; after its TTL a task is unknown.
+#[tokio::test]
+async fn task_methods_check_the_header_the_owner_and_the_ttl() {
+    let mut config = ServerConfig::default();
+    config.task_ttl = Duration::from_millis(400);
+    let (url, _stop, _task) =
+        asking_server_with(Stores::memory(StoreLimits::default()), config).await;
+    let alice = alice(&url);
+    let bob = RawClient::new(&url).unwrap().with_bearer_token("bob-token");
+    let created = alice
+        .exchange(&modern(
+            &alice,
+            1,
+            "tools/call",
+            json!({"name": "steps"}),
+            as_task(),
+        ))
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let get = |client: &RawClient, task: &str, meta: Value| {
+        modern(client, 5, "tasks/get", json!({"taskId": task}), meta)
+    };
+    let mismatched = alice
+        .exchange(&get(&alice, &task, as_task()).header("Mcp-Name", "another"))
+        .await
+        .unwrap();
+    assert_eq!(mismatched.status, 400);
+    assert_eq!(mismatched.json().unwrap()["error"]["code"], -32020);
+    let unknown = alice
+        .exchange(&get(
+            &alice,
+            &tether::proto::ids::TaskId::generate().to_string(),
+            as_task(),
+        ))
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    let foreign = bob
+        .exchange(&get(&bob, &task, as_task()))
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(
+        foreign, unknown,
+        "another's task reads exactly as an unknown one"
+    );
+    let undeclared = alice
+        .exchange(&get(&alice, &task, json!({})))
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(undeclared["error"]["code"], -32021, "{undeclared}");
+    let live = alice
+        .exchange(&get(&alice, &task, as_task()))
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(live["result"]["taskId"], task.as_str(), "{live}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let expired = alice
+        .exchange(&get(&alice, &task, as_task()))
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(expired, unknown, "past its TTL: {expired}");
+}
