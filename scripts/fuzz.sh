@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
+if ! RUSTC_BOOTSTRAP=1 cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz: cargo-fuzz is not installed (cargo install cargo-fuzz --locked)" >&2
+  exit 2
+fi
 mkdir -p target
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")

@@ -172,6 +172,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = tether::server::DEFAULT_MAX_TASKS_PER_PRINCIPAL, value_parser = parse_positive_usize)]
     max_tasks_per_principal: usize,
 
+    /// Seconds a task (2026-07-28 tasks extension) lives from its creation: its record, result
+    /// and events are readable until then, across restarts with a durable store; it is
+    /// unknown after. At most a week.
+    #[arg(long, value_name = "SECS", default_value_t = tether::server::DEFAULT_TASK_TTL.as_secs(), value_parser = parse_task_ttl)]
+    task_ttl_secs: u64,
+
     /// Largest POST body in bytes; larger ones get 413.
     #[arg(long, value_name = "BYTES", default_value_t = tether::server::DEFAULT_MAX_BODY_BYTES, value_parser = parse_positive_usize)]
     max_body_bytes: usize,
@@ -259,6 +265,16 @@ fn parse_positive(value: &str) -> Result<u64, String> {
         Ok(0) => Err("must be at least 1".to_owned()),
         Ok(n) => Ok(n),
         Err(error) => Err(error.to_string()),
+    }
+}
+
+/// A task TTL: 1 second to a week (a task holds a record, and its principal's limit, for all of
+/// it).
+fn parse_task_ttl(value: &str) -> Result<u64, String> {
+    const WEEK: u64 = 7 * 24 * 3600;
+    match parse_positive(value)? {
+        n if n > WEEK => Err(format!("must be at most {WEEK} (a week)")),
+        n => Ok(n),
     }
 }
 
@@ -369,6 +385,7 @@ impl ServeArgs {
             self.max_sessions_per_principal.unwrap_or(self.max_sessions);
         config.max_concurrent_requests_per_session = self.max_requests_per_session;
         config.max_tasks_per_principal = self.max_tasks_per_principal;
+        config.task_ttl = Duration::from_secs(self.task_ttl_secs);
         config.max_body_bytes = self.max_body_bytes;
         config.max_event_bytes = self.max_event_bytes;
         config.body_read_timeout = Duration::from_secs(self.body_timeout_secs);

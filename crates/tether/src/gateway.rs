@@ -24,9 +24,10 @@
 //! sends while serving one becomes that request's `input_required` result (the client's retry
 //! runs the call again, and the child's question is then answered at once from the retry) or,
 //! in a task, the task's `inputRequests`, answered by `tasks/update`; every `tools/call` may
-//! run as a task. What has no 2026-07-28 equivalent is refused or dropped: a server→client
-//! request outside any client request (or beside several) gets an error, a notification
-//! outside any request is dropped. A principal's child that dies fails its requests in
+//! run as a task. What has no 2026-07-28 equivalent is answered, refused or dropped: the
+//! child's `ping` is answered by the gateway, a request other than the three questions gets
+//! -32601, a question outside any client request (or beside several) gets an error, a
+//! notification outside any request is dropped (docs/CONTRACTS.md#gateway-modern). A principal's child that dies fails its requests in
 //! flight, and the next request starts a new one.
 //!
 //! A child that exits, writes a line that is not a JSON-RPC message (or longer than
@@ -74,6 +75,9 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// How long a child may take to exit after its stdin closed before its process group is
 /// killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// The server→client requests a 2026-07-28 client answers, as `input_required` questions.
+const QUESTION_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
 
 /// Lines queued for a child's stdin before writers wait.
 const STDIN_QUEUE: usize = 64;
@@ -682,7 +686,14 @@ impl Child {
                 // messages must keep flowing meanwhile.
                 tokio::spawn(async move {
                     let params = request.params.unwrap_or(Value::Null);
+                    let modern = matches!(child.owner, Owner::Principal(_));
                     let answer = match (&target, &child.owner) {
+                        // 2026-07-28 has no server→client ping: the gateway is the peer that
+                        // is alive.
+                        _ if modern && request.method == "ping" => Ok(json!({})),
+                        _ if modern && !QUESTION_METHODS.contains(&request.method.as_str()) => Err(
+                            ContextError::Remote(ErrorObject::method_not_found(&request.method)),
+                        ),
                         (Some(context), _) => context.request(&request.method, params).await,
                         (None, Owner::Session(session)) => {
                             session.request(&request.method, params).await

@@ -5,7 +5,8 @@
 //! server→client request becoming `input_required`, directly (answered by the client's retry)
 //! and in a task (answered by `tasks/update`); every tool call running as a task when the
 //! client declares the extension; a child that dies failing its call and being started again
-//! for the next one. Real `tether serve`, the Python SDK's stdio server and the fixture child,
+//! for the next one; the child's `ping` answered by the gateway and other requests refused.
+//! Real `tether serve`, the Python SDK's stdio server and the fixture child,
 //! raw HTTP on loopback.
 
 use std::path::{Path, PathBuf};
@@ -289,5 +290,36 @@ async fn a_child_that_dies_fails_its_call_and_is_started_again() -> anyhow::Resu
     ensure!(pids[0] != pids[1], "a new child for the next request");
     ensure!(children_started(&server) == 2, "{}", server.logs());
     server.terminate().await?;
+    Ok(())
+}
+
+/// What a modern client cannot be asked: the child's `ping` is answered by the gateway, any
+/// other request than the three questions gets -32601; the call itself goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_ping_is_answered_and_other_requests_refused() -> anyhow::Result<()> {
+    for (mode, expected) in [
+        ("ping", json!({})),
+        (
+            "other",
+            json!({"code": -32601, "message": "method not found: tasks/list"}),
+        ),
+    ] {
+        let dir = TempDir::new()?;
+        let mut server = fixture_gateway(dir.path(), mode).await?;
+        let client = client(&server)?;
+        let call = client.modern(1, "tools/call", json!({"name": "any"}), json!({}));
+        let answer = messages(&client.exchange(&call).await?)?
+            .pop()
+            .context("an answer")?;
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .with_context(|| format!("{mode}: {answer}"))?;
+        let got: Value = serde_json::from_str(text)?;
+        ensure!(
+            got["code"] == expected["code"] && (mode != "ping" || got == expected),
+            "{mode}: the child got {got}"
+        );
+        server.terminate().await?;
+    }
     Ok(())
 }
