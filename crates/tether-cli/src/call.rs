@@ -22,7 +22,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tether::client::{
-    Client, ClientConfig, ClientEvent, Error, ResumptionToken, ToolCall, ToolCallItem,
+    Client, ClientConfig, ClientEvent, Error, ProtocolChoice, ResumptionToken, ToolCall,
+    ToolCallItem,
 };
 use tether::proto::jsonrpc::{ErrorObject, Message, Response};
 
@@ -76,6 +77,15 @@ pub(crate) struct CallArgs {
     /// Give up reconnecting after this long (testing; the default budget is 300 s).
     #[arg(long, value_name = "SECS", hide = true)]
     reconnect_budget_secs: Option<u64>,
+    /// The protocol era: `legacy` (2025, sessions), `auto` (probe `server/discover` and keep
+    /// the era in which the call survives a cut) or a version such as `2026-07-28`.
+    #[arg(
+        long,
+        value_name = "ERA",
+        default_value = "legacy",
+        conflicts_with = "resume"
+    )]
+    protocol: ProtocolChoice,
 }
 
 /// What the token file holds: everything `--resume` needs.
@@ -160,6 +170,7 @@ fn config(
     token_file: Option<PathBuf>,
 ) -> anyhow::Result<ClientConfig> {
     let mut config = ClientConfig::default();
+    config.protocol = args.protocol;
     config.headers.clone_from(&saved.headers);
     config.reconnect.idle_timeout = Duration::from_secs(saved.idle_timeout_secs.max(1));
     if let Some(secs) = args.reconnect_budget_secs {

@@ -14,17 +14,27 @@
 //! reconnect budget ran out) is answered with a JSON-RPC error, and a re-initialization is
 //! announced with a `notifications/message` log notification. End of stdin closes the
 //! session (DELETE) and exits 0.
+//!
+//! `--protocol` chooses the era as `tether call` does (default `legacy` for now). Against a server
+//! spoken to in the 2026-07-28 era the local client still speaks the 2025 one: its
+//! `initialize` is answered by the bridge from `server/discover` (at the version it asked
+//! for), its requests become stateless ones, and the server's questions (`input_required`)
+//! become requests to the local client under the bridge's ids (`tether-connect-<n>`), whose
+//! answers the client sends back with the retried request.
 
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use serde_json::json;
-use tether::client::{Client, ClientConfig, ClientEvent, Error, MessageStream};
+use tether::client::{
+    Client, ClientConfig, ClientEvent, Error, MessageStream, ProtocolChoice, ServerRequestHandler,
+};
 use tether::proto::jsonrpc::{
     ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Message, Notification, Request, RequestId,
     Response,
@@ -67,6 +77,9 @@ pub(crate) struct ConnectArgs {
     /// Give up reconnecting a stream after this long (its request then fails).
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     reconnect_budget_secs: u64,
+    /// The protocol era: `legacy`, `auto` or a version such as `2026-07-28`.
+    #[arg(long, value_name = "ERA", default_value = "legacy")]
+    protocol: ProtocolChoice,
 }
 
 /// Runs `tether connect` until stdin ends.
@@ -74,6 +87,7 @@ pub(crate) fn run(args: ConnectArgs) -> anyhow::Result<ExitCode> {
     let mut config = {
         let mut config = ClientConfig::default();
         config.headers = remote::parse_headers(&args.headers)?;
+        config.protocol = args.protocol;
         config
     };
     if let Some(path) = &args.bearer_token_file {
@@ -109,11 +123,21 @@ struct Bridge {
     client: Option<Client>,
     /// Local request id → the remote request id it was sent under.
     remote_ids: Arc<Mutex<HashMap<RequestId, RequestId>>>,
+    /// Asks the local client what a 2026-07-28 server asks.
+    asker: Arc<LocalAsker>,
 }
 
 impl Bridge {
     fn new(url: String, config: ClientConfig) -> Self {
         let (out, out_rx) = mpsc::channel(STDOUT_QUEUE);
+        let asker = Arc::new(LocalAsker {
+            out: out.clone(),
+            modern: AtomicBool::new(false),
+            waiting: Mutex::default(),
+            next: AtomicU64::new(1),
+        });
+        let mut config = config;
+        config.request_handler = Some(Arc::clone(&asker) as Arc<dyn ServerRequestHandler>);
         Self {
             url,
             config,
@@ -121,6 +145,7 @@ impl Bridge {
             out_rx: Some(out_rx),
             client: None,
             remote_ids: Arc::default(),
+            asker,
         }
     }
 
@@ -183,6 +208,7 @@ impl Bridge {
                 ));
             }
             Message::Notification(notification) => self.notify(notification).await,
+            Message::Response(response) if self.asker.answered(&response) => {}
             Message::Response(response) => match &self.client {
                 Some(client) => {
                     if let Err(error) = client.respond(response).await {
@@ -216,7 +242,14 @@ impl Bridge {
         }
         match Client::connect(&self.url, config).await {
             Ok(client) => {
-                let result = client.server_info();
+                self.asker
+                    .modern
+                    .store(client.is_modern(), Ordering::SeqCst);
+                let result = if client.is_modern() {
+                    initialize_result_of(&client.server_info(), config_version(&params))
+                } else {
+                    client.server_info()
+                };
                 tokio::spawn(announce_reinitializations(client.clone(), self.out.clone()));
                 tokio::spawn(relay_standalone(client.clone(), self.out.clone()));
                 if let Some(old) = self.client.replace(client) {
@@ -392,6 +425,95 @@ async fn write_stdout(mut messages: mpsc::Receiver<Message>) {
         if written.is_err() {
             tracing::error!("stdout closed");
             return;
+        }
+    }
+}
+
+/// The version the local client asked for in `initialize`, if this bridge speaks it (2025).
+fn config_version(params: &serde_json::Value) -> ProtocolVersion {
+    params["protocolVersion"]
+        .as_str()
+        .and_then(|v| ProtocolVersion::parse_legacy(v).ok())
+        .unwrap_or(ProtocolVersion::LATEST_LEGACY)
+}
+
+/// The `initialize` result a 2025 client gets for a server discovered in the 2026-07-28 era:
+/// its capabilities (the extensions, which a 2025 client cannot use, left out), identity and
+/// instructions, at `version`.
+fn initialize_result_of(
+    discovered: &serde_json::Value,
+    version: ProtocolVersion,
+) -> serde_json::Value {
+    let mut capabilities = discovered
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if let Some(capabilities) = capabilities.as_object_mut() {
+        capabilities.remove("extensions");
+    }
+    let server_info = discovered["_meta"][tether::proto::modern::META_SERVER_INFO].clone();
+    let mut result = json!({
+        "protocolVersion": version.as_str(),
+        "capabilities": capabilities,
+        "serverInfo": if server_info.is_object() { server_info } else { json!({"name": "remote", "version": "0"}) },
+    });
+    if let Some(instructions) = discovered.get("instructions") {
+        result["instructions"] = instructions.clone();
+    }
+    result
+}
+
+/// Puts a 2026-07-28 server's questions to the local client: each becomes a request on
+/// stdout under an id of the bridge's, and the local client's answer, read from stdin, is
+/// the question's answer. Inactive (declining every request) while the client speaks the
+/// 2025 era, where server requests pass through under the server's ids.
+struct LocalAsker {
+    out: mpsc::Sender<Message>,
+    modern: AtomicBool,
+    waiting: Mutex<HashMap<RequestId, tokio::sync::oneshot::Sender<Response>>>,
+    next: AtomicU64,
+}
+
+impl LocalAsker {
+    /// Hands `response` to the question waiting for it; `false` when none is.
+    fn answered(&self, response: &Response) -> bool {
+        let Some(id) = response.id() else {
+            return false;
+        };
+        let Some(waiter) = lock(&self.waiting).remove(id) else {
+            return false;
+        };
+        let _ = waiter.send(response.clone());
+        true
+    }
+}
+
+#[async_trait::async_trait]
+impl ServerRequestHandler for LocalAsker {
+    fn accepts(&self, _request: &Request) -> bool {
+        self.modern.load(Ordering::SeqCst)
+    }
+
+    async fn handle(&self, request: &Request) -> Result<serde_json::Value, ErrorObject> {
+        let id = RequestId::String(format!(
+            "tether-connect-{}",
+            self.next.fetch_add(1, Ordering::Relaxed)
+        ));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        lock(&self.waiting).insert(id.clone(), tx);
+        let mut asked = request.clone();
+        asked.id = id.clone();
+        if self.out.send(Message::Request(asked)).await.is_err() {
+            lock(&self.waiting).remove(&id);
+            return Err(ErrorObject::new(INTERNAL_ERROR, "the local client is gone"));
+        }
+        match rx.await {
+            Ok(Response::Result(result)) => Ok(result.result),
+            Ok(Response::Error(error)) => Err(error.error),
+            Err(_) => Err(ErrorObject::new(
+                INTERNAL_ERROR,
+                "the local client did not answer",
+            )),
         }
     }
 }

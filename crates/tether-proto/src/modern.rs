@@ -401,6 +401,76 @@ pub fn decode_header_value(value: &str) -> Option<String> {
     }
 }
 
+/// `value` as a header value the way SEP-2243 asks a client to send it: as is when it is
+/// printable ASCII without surrounding spaces (and does not look like the sentinel), else
+/// `=?base64?<standard base64 of its UTF-8>?=`. [`decode_header_value`] undoes it.
+#[must_use]
+pub fn encode_header_value(value: &str) -> String {
+    let plain = !value.is_empty()
+        && value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && trim_ows(value) == value
+        && !value.starts_with("=?");
+    if plain {
+        value.to_owned()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(value)
+        )
+    }
+}
+
+/// The `Mcp-Name` a client sends with `method` and `params`: the tool or prompt name, the
+/// resource URI or the task id, encoded ([`encode_header_value`]); `None` for methods that
+/// name no target.
+#[must_use]
+pub fn name_header(method: &str, params: Option<&Value>) -> Option<String> {
+    name_in_body(method, params)
+        .flatten()
+        .map(encode_header_value)
+}
+
+/// The `_meta` envelope of a client's 2026-07-28 request: `version`, `capabilities`,
+/// `client_info`, merged over whatever `_meta` the request already has (a progress token).
+pub fn add_envelope(
+    params: &mut Value,
+    version: ProtocolVersion,
+    capabilities: &Value,
+    client_info: &Value,
+) {
+    if !params.is_object() {
+        *params = Value::Object(Map::new());
+    }
+    let meta = params
+        .as_object_mut()
+        .expect("an object")
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    let meta = meta.as_object_mut().expect("an object");
+    meta.insert(META_PROTOCOL_VERSION.into(), Value::from(version.as_str()));
+    meta.insert(META_CLIENT_CAPABILITIES.into(), capabilities.clone());
+    meta.insert(META_CLIENT_INFO.into(), client_info.clone());
+}
+
+/// Requests a client may send again, under a new id, when their connection was lost before
+/// the answer: they change nothing on the server (a `tools/call` may have run, so it is not
+/// one of them).
+pub const SAFE_TO_REPEAT: [&str; 10] = [
+    DISCOVER,
+    "tools/list",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "completion/complete",
+    "tasks/get",
+    "ping",
+];
+
 /// `value` without leading and trailing spaces and tabs (RFC 9110 §5.5).
 fn trim_ows(value: &str) -> &str {
     value.trim_matches([' ', '\t'])
@@ -437,6 +507,41 @@ pub fn complete_result(method: &str, result: &mut Value, server_info: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_values_encode_only_what_must_be_and_decode_back() {
+        for plain in ["get_weather", "file:///a/b.txt", "x y"] {
+            assert_eq!(encode_header_value(plain), plain);
+        }
+        for awkward in ["caf\u{e9}", " padded", "line\nbreak", "=?base64?x?=", ""] {
+            let encoded = encode_header_value(awkward);
+            assert!(encoded.starts_with("=?base64?"), "{awkward:?} -> {encoded}");
+            assert_eq!(decode_header_value(&encoded).as_deref(), Some(awkward));
+        }
+        assert_eq!(
+            name_header("tools/call", Some(&json!({"name": "t\u{fc}r"}))).as_deref(),
+            Some("=?base64?dMO8cg==?=")
+        );
+        assert_eq!(name_header("tools/list", Some(&json!({"name": "x"}))), None);
+    }
+
+    #[test]
+    fn the_envelope_joins_the_request_s_own_meta() {
+        let mut params = json!({"name": "count", "_meta": {"progressToken": 7}});
+        add_envelope(
+            &mut params,
+            ProtocolVersion::MODERN,
+            &json!({"roots": {}}),
+            &json!({"name": "t", "version": "1"}),
+        );
+        let meta = &params["_meta"];
+        assert_eq!(meta["progressToken"], 7);
+        assert_eq!(meta[META_PROTOCOL_VERSION], "2026-07-28");
+        assert_eq!(meta[META_CLIENT_CAPABILITIES], json!({"roots": {}}));
+        let mut empty = Value::Null;
+        add_envelope(&mut empty, ProtocolVersion::MODERN, &json!({}), &json!({}));
+        assert!(empty["_meta"].is_object());
+    }
 
     fn envelope(version: &str) -> Value {
         json!({"_meta": {

@@ -54,6 +54,42 @@ impl AuthProvider for StaticToken {
     }
 }
 
+/// Which protocol era a [`Client`](super::Client) speaks (docs/CONTRACTS.md#planned-client-era).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ProtocolChoice {
+    /// The 2025 era only: `initialize` at [`ClientConfig::protocol_version`], no probe. The
+    /// default for now: `Auto` becomes it once the modern client is complete.
+    #[default]
+    Legacy,
+    /// Probe `server/discover` and speak the era in which a call survives a cut: the legacy
+    /// era when the server also serves a 2025 version (or does not answer the probe as a
+    /// 2026-07-28 server), else 2026-07-28.
+    Auto,
+    /// Exactly this version: a 2025 version is [`Legacy`](Self::Legacy) at that version;
+    /// 2026-07-28 requires the server to serve it.
+    Version(ProtocolVersion),
+}
+
+impl std::str::FromStr for ProtocolChoice {
+    type Err = String;
+
+    /// `legacy`, `auto`, or a version (`2026-07-28`, `2025-11-25`, …).
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "legacy" => Ok(Self::Legacy),
+            "auto" => Ok(Self::Auto),
+            version => ProtocolVersion::parse(version)
+                .map(Self::Version)
+                .map_err(|_| {
+                    format!(
+                        "{version:?} is not legacy, auto or a protocol version this client speaks"
+                    )
+                }),
+        }
+    }
+}
+
 /// How a [`Client`](super::Client) behaves. `Default` gives the documented defaults.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -64,6 +100,8 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Connection setup ([`DEFAULT_CONNECT_TIMEOUT`]).
     pub connect_timeout: Duration,
+    /// The era to speak ([`ProtocolChoice::Legacy`] for now).
+    pub protocol: ProtocolChoice,
     /// The version asked for in `initialize` ([`ProtocolVersion::LATEST_LEGACY`]).
     pub protocol_version: ProtocolVersion,
     /// `clientInfo.name` (default `tether`).
@@ -105,6 +143,7 @@ impl Default for ClientConfig {
             reconnect: ReconnectConfig::default(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            protocol: ProtocolChoice::Legacy,
             protocol_version: ProtocolVersion::LATEST_LEGACY,
             client_name: "tether".to_owned(),
             client_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -126,6 +165,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("reconnect", &self.reconnect)
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("protocol", &self.protocol)
             .field("protocol_version", &self.protocol_version)
             .field("client_name", &self.client_name)
             .field("auth", &self.auth.is_some())

@@ -80,6 +80,27 @@ pub enum Error {
     /// stream over the decoder's limits).
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The connection to a 2026-07-28 server was lost before it answered `method`, which is
+    /// not safe to repeat: the server may have acted on it (a tool may have run), and nothing
+    /// in this era resumes its answer. It was not sent again; run it as a task to make it
+    /// survive a cut.
+    #[error(
+        "the connection was lost before {method} was answered; it may have run on the server and was not sent again"
+    )]
+    MayHaveRun {
+        /// The request's method.
+        method: String,
+    },
+    /// A 2026-07-28 server asked for input (`input_required`) that nothing answered: no
+    /// [`ServerRequestHandler`](super::ServerRequestHandler) accepts `method`, or it
+    /// answered with an error.
+    #[error("the server asked {method}, and it was not answered: {message}")]
+    QuestionDeclined {
+        /// The question's method (`elicitation/create`, `sampling/createMessage`, …).
+        method: String,
+        /// Why.
+        message: String,
+    },
     /// The client was closed.
     #[error("client closed")]
     Closed,
@@ -118,6 +139,13 @@ impl Error {
         matches!(self, Self::NotResumable | Self::EventsUnavailable { .. })
     }
 
+    /// Whether a lost connection left it unknown if the server acted on the request
+    /// ([`Error::MayHaveRun`]).
+    #[must_use]
+    pub fn may_have_run(&self) -> bool {
+        matches!(self, Self::MayHaveRun { .. })
+    }
+
     /// Whether the server refused the client's credentials (401 after a fresh token).
     #[must_use]
     pub fn is_unauthorized(&self) -> bool {
@@ -133,6 +161,15 @@ impl Error {
         } else {
             Self::Network(error)
         }
+    }
+}
+
+impl Error {
+    /// Whether the request certainly never reached the server: the connection itself could
+    /// not be made (refused, unreachable, DNS), so sending it again cannot run it twice.
+    pub(crate) fn never_sent(&self) -> bool {
+        matches!(self, Self::Network(error)
+            if error.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_connect))
     }
 }
 

@@ -47,6 +47,7 @@ mod config;
 mod error;
 mod events;
 mod handler;
+mod modern;
 mod resume;
 mod session;
 mod stream;
@@ -67,11 +68,13 @@ use tokio::sync::mpsc;
 pub use call::{ToolCall, ToolCallItem};
 pub use config::{
     AuthProvider, ClientConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUP_WINDOW,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_STREAM_BUFFER, MAX_ERROR_BODY, StaticToken, TokenCallback,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_STREAM_BUFFER, MAX_ERROR_BODY, ProtocolChoice, StaticToken,
+    TokenCallback,
 };
 pub use error::{BoxError, Error};
 pub use events::{ClientEvent, ClientEvents};
 pub use handler::ServerRequestHandler;
+pub use modern::MAX_INPUT_ROUNDS;
 pub use stream::{MessageStream, ResumptionToken};
 
 pub(crate) use session::Inner;
@@ -103,13 +106,36 @@ impl Client {
     /// [`Error::Config`] for a bad URL or header; [`Error::LegacyTransport`] or
     /// [`Error::UnsupportedVersion`] for a server this client cannot speak to; otherwise what
     /// the exchange failed with.
-    pub async fn connect(url: &str, config: ClientConfig) -> Result<Self, Error> {
+    pub async fn connect(url: &str, mut config: ClientConfig) -> Result<Self, Error> {
+        let choice = config.protocol;
+        if let ProtocolChoice::Version(version) = choice
+            && !version.is_modern()
+        {
+            config.protocol_version = version;
+        }
         let inner = Inner::build(url, config, 0)?;
-        inner.initialize().await?;
+        match inner.choose_era(choice).await? {
+            modern::Chosen::Legacy => inner.initialize().await?,
+            modern::Chosen::Modern(discovered) => {
+                inner.modern.store(true, Ordering::SeqCst);
+                *inner
+                    .server_result
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = discovered;
+            }
+        }
         Ok(Self { inner })
     }
 
-    /// The server's `initialize` result (protocol version, capabilities, server info).
+    /// Whether the client speaks the 2026-07-28 era with this server (chosen at connect by
+    /// [`ClientConfig::protocol`]): stateless requests, no session.
+    #[must_use]
+    pub fn is_modern(&self) -> bool {
+        self.inner.modern.load(Ordering::SeqCst)
+    }
+
+    /// The server's `initialize` result (protocol version, capabilities, server info), or in
+    /// the 2026-07-28 era its `server/discover` result.
     #[must_use]
     pub fn server_info(&self) -> Value {
         self.inner
@@ -128,6 +154,9 @@ impl Client {
     /// The negotiated protocol version.
     #[must_use]
     pub fn protocol_version(&self) -> Option<ProtocolVersion> {
+        if self.is_modern() {
+            return Some(ProtocolVersion::MODERN);
+        }
         self.inner.transport.session().version
     }
 
@@ -151,6 +180,14 @@ impl Client {
         params: Option<Value>,
     ) -> Result<MessageStream, Error> {
         let inner = &self.inner;
+        if self.is_modern() {
+            let id = RequestId::from(inner.next_id.fetch_add(1, Ordering::Relaxed));
+            let (tx, rx) = mpsc::channel(inner.config.stream_buffer.max(1));
+            let exchange =
+                Arc::clone(inner).modern_exchange(id.clone(), method.to_owned(), params, tx);
+            tokio::spawn(exchange);
+            return Ok(self.stream(rx, Some(id), &inner.transport.session()));
+        }
         inner.ensure_initialized().await?;
         let id = RequestId::from(inner.next_id.fetch_add(1, Ordering::Relaxed));
         let body = Message::from(Request::new(id.clone(), method, params)).to_vec();
@@ -210,6 +247,11 @@ impl Client {
     ///
     /// What sending failed with.
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), Error> {
+        if self.is_modern() {
+            // This era defines no client→server notifications over HTTP (a disconnect is the
+            // cancellation): there is nothing to send.
+            return Ok(());
+        }
         self.inner.ensure_initialized().await?;
         let body = Message::from(Notification::new(method, params)).to_vec();
         self.inner.post(body).await.map(drop)
@@ -233,6 +275,9 @@ impl Client {
     ///
     /// [`Error::Config`] if it is already open.
     pub fn server_messages(&self) -> Result<MessageStream, Error> {
+        if self.is_modern() {
+            return Err(Error::NoStandaloneStream);
+        }
         if self.inner.standalone_open.swap(true, Ordering::SeqCst) {
             return Err(Error::Config(
                 "the standalone stream is already open".to_owned(),

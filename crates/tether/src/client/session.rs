@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     pub(super) server_result: Mutex<Value>,
     pub(super) rng: Mutex<SplitMix64>,
     pub(super) standalone_open: AtomicBool,
+    /// The client speaks the 2026-07-28 era (stateless requests, no session).
+    pub(super) modern: AtomicBool,
     pub(super) shutdown: CancellationToken,
 }
 
@@ -100,6 +102,7 @@ impl Inner {
             server_result: Mutex::new(Value::Null),
             rng: Mutex::new(rng),
             standalone_open: AtomicBool::new(false),
+            modern: AtomicBool::new(false),
             shutdown: CancellationToken::new(),
         }))
     }

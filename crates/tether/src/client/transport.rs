@@ -222,6 +222,34 @@ impl Transport {
         .await
     }
 
+    /// POSTs one 2026-07-28 request: no session, `MCP-Protocol-Version: 2026-07-28` and the
+    /// SEP-2243 headers `Mcp-Method` and (when the method names a target) `Mcp-Name`.
+    pub(crate) async fn post_modern(
+        &self,
+        body: Vec<u8>,
+        method: &str,
+        name: Option<&str>,
+    ) -> Result<Response, Error> {
+        let version = ProtocolVersion::MODERN.as_str();
+        let (response, _) = self
+            .send(|_| {
+                let mut request = self
+                    .http
+                    .post(self.url.clone())
+                    .header(ACCEPT, CLIENT_POST_ACCEPT)
+                    .header(CONTENT_TYPE, headers::APPLICATION_JSON)
+                    .header(spelled::MCP_PROTOCOL_VERSION, version)
+                    .header(tether_proto::modern::MCP_METHOD, method)
+                    .body(body.clone());
+                if let Some(name) = name {
+                    request = request.header(tether_proto::modern::MCP_NAME, name);
+                }
+                request
+            })
+            .await?;
+        Ok(response)
+    }
+
     /// GET the standalone stream, or resume a stream with `Last-Event-ID` (T80, T86, T87).
     pub(crate) async fn get(
         &self,

@@ -22,6 +22,8 @@ mod client_errors;
 #[cfg(all(feature = "client", feature = "server"))]
 mod client_hostile;
 #[cfg(all(feature = "client", feature = "server"))]
+mod client_modern;
+#[cfg(all(feature = "client", feature = "server"))]
 mod client_peers;
 #[cfg(all(feature = "client", feature = "server"))]
 mod client_resend;

@@ -1,0 +1,425 @@
+//! The 2026-07-28 era in the client: choosing the era at connect, and sending a request of
+//! that era.
+//!
+//! [`Inner::choose_era`] follows [`ProtocolChoice`]: `Legacy` initializes; a pinned 2026-07-28
+//! requires `server/discover` to answer; `Auto` probes `server/discover` and keeps the legacy
+//! era when the server also serves a 2025 version (or answers the probe as a legacy server
+//! does: a 4xx or 5xx, a JSON-RPC error, no JSON), since only there does a call survive a
+//! cut without tasks; a server that serves 2026-07-28 alone is spoken to in its era. A probe
+//! lost on the network is retried with the reconnect backoff, not taken as an answer.
+//!
+//! A modern request is stateless: [`Inner::modern_exchange`] POSTs it with the `_meta`
+//! envelope and the SEP-2243 headers and reads its JSON or SSE answer, handing the messages
+//! before the response to the request's [`MessageStream`](super::MessageStream). An
+//! `input_required` result is answered through [`ClientConfig::request_handler`] (the same
+//! [`ServerRequestHandler`](super::ServerRequestHandler) that answers a legacy server's
+//! requests; `ping` is answered by the client) and the request sent again with the answers
+//! and the server's `requestState`, at most [`MAX_INPUT_ROUNDS`] times. A connection lost
+//! before the response is not resumable in this era: a request that is safe to repeat
+//! ([`SAFE_TO_REPEAT`]), or one whose connection could not even be made, is sent again under
+//! a new id with the reconnect backoff and budget; any other fails with
+//! [`Error::MayHaveRun`], since the server may have acted on it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+use tether_proto::headers::ResponseKind;
+use tether_proto::jsonrpc::{
+    Batching, ErrorObject, Message, Request, RequestId, Response as RpcResponse, parse_body,
+};
+use tether_proto::modern::{
+    DISCOVER, RESULT_INPUT_REQUIRED, SAFE_TO_REPEAT, add_envelope, name_header,
+};
+use tether_proto::version::ProtocolVersion;
+use tether_sse::{Decoder, Item};
+use tokio::sync::mpsc;
+
+use super::session::{Inner, read_body, response_kind};
+use super::stream::Delivery;
+use super::{Error, ProtocolChoice};
+
+/// Rounds of `input_required` one request may take before the client gives up: a server that
+/// keeps asking after every answer is broken, and a person answers a handful at most.
+pub const MAX_INPUT_ROUNDS: usize = 16;
+
+/// What the era choice decided.
+pub(super) enum Chosen {
+    /// `initialize` and a session.
+    Legacy,
+    /// Stateless requests; the server's `server/discover` result.
+    Modern(Value),
+}
+
+/// What one POST of a modern request came to.
+enum Outcome {
+    /// The response to the request.
+    Answered(Box<RpcResponse>),
+    /// The connection was lost before the response.
+    Lost(Error),
+}
+
+impl Inner {
+    /// The era to speak with the server, as `choice` says (module docs).
+    pub(super) async fn choose_era(
+        self: &Arc<Self>,
+        choice: ProtocolChoice,
+    ) -> Result<Chosen, Error> {
+        let pinned = match choice {
+            ProtocolChoice::Legacy => return Ok(Chosen::Legacy),
+            ProtocolChoice::Version(version) if !version.is_modern() => {
+                return Ok(Chosen::Legacy);
+            }
+            ProtocolChoice::Version(_) => true,
+            ProtocolChoice::Auto => false,
+        };
+        match self.discover().await? {
+            Some(result) => {
+                let serves_legacy = result["supportedVersions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .any(|v| ProtocolVersion::parse_legacy(v).is_ok());
+                if serves_legacy && !pinned {
+                    Ok(Chosen::Legacy)
+                } else {
+                    Ok(Chosen::Modern(result))
+                }
+            }
+            None if pinned => Err(Error::UnsupportedVersion {
+                offered: "no 2026-07-28 (server/discover was refused)".to_owned(),
+            }),
+            None => Ok(Chosen::Legacy),
+        }
+    }
+
+    /// `server/discover`: its result, or `None` when the server answers as one that does not
+    /// serve 2026-07-28. Network failures are retried within the reconnect budget.
+    async fn discover(self: &Arc<Self>) -> Result<Option<Value>, Error> {
+        let started = Instant::now();
+        let mut failures = 0;
+        loop {
+            let id = self.next_request_id();
+            let body = self.modern_body(&id, DISCOVER, None, &Map::new(), None);
+            let response = match self.transport.post_modern(body, DISCOVER, None).await {
+                Ok(response) => response,
+                Err(error @ (Error::Network(_) | Error::Timeout)) => {
+                    self.back_off(&mut failures, started, error).await?;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            if response.status().as_u16() != 200
+                || response_kind(&response) != Some(ResponseKind::Json)
+            {
+                return Ok(None);
+            }
+            let bytes = read_body(response, self.transport.request_timeout()).await?;
+            return Ok(
+                response_to(&bytes, &id).and_then(|response| match response {
+                    RpcResponse::Result(result)
+                        if result.result.get("supportedVersions").is_some() =>
+                    {
+                        Some(result.result)
+                    }
+                    _ => None,
+                }),
+            );
+        }
+    }
+
+    /// Waits the reconnect backoff after one more failure, or gives up with `error` (or the
+    /// exhausted budget) when the budget is spent.
+    async fn back_off(
+        &self,
+        failures: &mut u32,
+        started: Instant,
+        error: Error,
+    ) -> Result<(), Error> {
+        let reconnect = &self.config.reconnect;
+        if !reconnect.budget.allows(*failures, started.elapsed()) {
+            return Err(if *failures == 0 {
+                error
+            } else {
+                Error::BudgetExhausted {
+                    attempts: *failures,
+                    elapsed: started.elapsed(),
+                }
+            });
+        }
+        let delay = {
+            let mut rng = crate::lock(&self.rng);
+            reconnect
+                .backoff
+                .delay(*failures + 1, None, None, &mut *rng)
+        };
+        *failures += 1;
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+
+    fn next_request_id(&self) -> RequestId {
+        RequestId::from(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// A modern request's body: `params` with the envelope, the answers given so far and the
+    /// server's `requestState`.
+    fn modern_body(
+        &self,
+        id: &RequestId,
+        method: &str,
+        params: Option<&Value>,
+        answers: &Map<String, Value>,
+        state: Option<&Value>,
+    ) -> Vec<u8> {
+        let mut params = params.cloned().unwrap_or_else(|| json!({}));
+        if let Value::Object(object) = &mut params {
+            if !answers.is_empty() {
+                object.insert("inputResponses".into(), Value::Object(answers.clone()));
+            }
+            if let Some(state) = state {
+                object.insert("requestState".into(), state.clone());
+            }
+        }
+        let client_info = json!({
+            "name": self.config.client_name,
+            "version": self.config.client_version,
+        });
+        add_envelope(
+            &mut params,
+            ProtocolVersion::MODERN,
+            &self.config.capabilities,
+            &client_info,
+        );
+        Message::from(Request::new(id.clone(), method, Some(params))).to_vec()
+    }
+
+    /// Runs one modern request to its response, handing everything it yields to `tx`: the
+    /// messages before the response, then the response (under `id`, the id the caller knows),
+    /// or the error it failed with.
+    pub(super) async fn modern_exchange(
+        self: Arc<Self>,
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+        tx: mpsc::Sender<Delivery>,
+    ) {
+        let outcome = self.modern_rounds(&method, params.as_ref(), &tx).await;
+        let delivery = match outcome {
+            Ok(response) => Delivery::Message {
+                message: Message::Response(with_id(response, id)),
+                event_id: None,
+            },
+            Err(error) => Delivery::Failed(error),
+        };
+        let _ = tx.send(delivery).await;
+    }
+
+    async fn modern_rounds(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&Value>,
+        tx: &mpsc::Sender<Delivery>,
+    ) -> Result<RpcResponse, Error> {
+        let name = name_header(method, params);
+        let mut answers = Map::new();
+        let mut state: Option<Value> = None;
+        for _ in 0..MAX_INPUT_ROUNDS {
+            let response = self
+                .modern_attempts(
+                    method,
+                    params,
+                    name.as_deref(),
+                    &answers,
+                    state.as_ref(),
+                    tx,
+                )
+                .await?;
+            let RpcResponse::Result(result) = &response else {
+                return Ok(response);
+            };
+            if result.result.get("resultType").and_then(Value::as_str)
+                != Some(RESULT_INPUT_REQUIRED)
+            {
+                return Ok(response);
+            }
+            let questions = result.result["inputRequests"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            for (key, question) in questions {
+                answers.insert(key.clone(), self.answer_question(&key, &question).await?);
+            }
+            state = result.result.get("requestState").cloned();
+        }
+        Err(Error::Protocol(format!(
+            "{method}: the server still asked for input after {MAX_INPUT_ROUNDS} rounds"
+        )))
+    }
+
+    /// Sends one round of the request, again under a new id after a lost connection while
+    /// that is safe (module docs).
+    async fn modern_attempts(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&Value>,
+        name: Option<&str>,
+        answers: &Map<String, Value>,
+        state: Option<&Value>,
+        tx: &mpsc::Sender<Delivery>,
+    ) -> Result<RpcResponse, Error> {
+        let started = Instant::now();
+        let mut failures = 0;
+        loop {
+            let id = self.next_request_id();
+            let body = self.modern_body(&id, method, params, answers, state);
+            let lost = match self.transport.post_modern(body, method, name).await {
+                Ok(response) => match self.read_answer(response, &id, tx).await? {
+                    Outcome::Answered(response) => return Ok(*response),
+                    Outcome::Lost(error) => error,
+                },
+                Err(error @ (Error::Network(_) | Error::Timeout)) => error,
+                Err(error) => return Err(error),
+            };
+            if !SAFE_TO_REPEAT.contains(&method) && !lost.never_sent() {
+                tracing::debug!(%lost, method, "a modern request's connection was lost");
+                return Err(Error::MayHaveRun {
+                    method: method.to_owned(),
+                });
+            }
+            self.back_off(&mut failures, started, lost).await?;
+        }
+    }
+
+    /// The answer to one POST: JSON, SSE (messages before the response go to `tx`), or an
+    /// error status whose body is the JSON-RPC error.
+    async fn read_answer(
+        &self,
+        mut response: reqwest::Response,
+        id: &RequestId,
+        tx: &mpsc::Sender<Delivery>,
+    ) -> Result<Outcome, Error> {
+        let status = response.status().as_u16();
+        match response_kind(&response) {
+            Some(ResponseKind::EventStream) if status == 200 => {}
+            Some(ResponseKind::Json) => {
+                let bytes = match read_body(response, self.transport.request_timeout()).await {
+                    Ok(bytes) => bytes,
+                    Err(error @ (Error::Network(_) | Error::Timeout)) => {
+                        return Ok(Outcome::Lost(error));
+                    }
+                    Err(error) => return Err(error),
+                };
+                return match response_to(&bytes, id) {
+                    Some(response) => Ok(Outcome::Answered(Box::new(response))),
+                    None => Err(Error::Status {
+                        status,
+                        body: String::from_utf8_lossy(&bytes).into_owned(),
+                    }),
+                };
+            }
+            _ => {
+                let failed = super::transport::Failed::read(response).await;
+                return Err(match failed.status {
+                    401 => Error::Unauthorized,
+                    _ => failed.into_error(),
+                });
+            }
+        }
+        let idle = self.config.reconnect.idle_timeout;
+        let mut decoder = Decoder::new();
+        loop {
+            let chunk = match tokio::time::timeout(idle, response.chunk()).await {
+                Err(_) => return Ok(Outcome::Lost(Error::Timeout)),
+                Ok(Err(error)) => return Ok(Outcome::Lost(Error::network(error))),
+                Ok(Ok(None)) => {
+                    return Ok(Outcome::Lost(Error::Network(Box::new(
+                        std::io::Error::other("the stream ended before the response"),
+                    ))));
+                }
+                Ok(Ok(Some(chunk))) => chunk,
+            };
+            decoder.feed(&chunk);
+            loop {
+                let item = decoder
+                    .next_item()
+                    .map_err(|error| Error::Protocol(format!("SSE: {error}")))?;
+                let Some(item) = item else { break };
+                let Item::Event(event) = item else { continue };
+                if event.data().is_empty() {
+                    continue;
+                }
+                let message = serde_json::from_str::<Value>(event.data())
+                    .map_err(|error| Error::Protocol(format!("an SSE message: {error}")))
+                    .and_then(|value| {
+                        Message::from_value(value)
+                            .map_err(|error| Error::Protocol(format!("an SSE message: {error}")))
+                    })?;
+                match message {
+                    Message::Response(response) if response.id() == Some(id) => {
+                        return Ok(Outcome::Answered(Box::new(response)));
+                    }
+                    message => {
+                        let delivery = Delivery::Message {
+                            message,
+                            event_id: None,
+                        };
+                        if tx.send(delivery).await.is_err() {
+                            return Err(Error::Closed);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The answer to the server's question `question` (`{method, params}`) under `key`.
+    async fn answer_question(&self, key: &str, question: &Value) -> Result<Value, Error> {
+        let method = question["method"].as_str().unwrap_or_default();
+        if method == "ping" {
+            return Ok(json!({}));
+        }
+        let request = Request::new(
+            RequestId::String(key.to_owned()),
+            method,
+            question.get("params").cloned(),
+        );
+        match &self.config.request_handler {
+            Some(handler) if handler.accepts(&request) => {
+                handler
+                    .handle(&request)
+                    .await
+                    .map_err(|error: ErrorObject| Error::QuestionDeclined {
+                        method: method.to_owned(),
+                        message: error.message,
+                    })
+            }
+            _ => Err(Error::QuestionDeclined {
+                method: method.to_owned(),
+                message: "no ServerRequestHandler answers it".to_owned(),
+            }),
+        }
+    }
+}
+
+/// The response to `id` in a JSON body, if there is one.
+fn response_to(bytes: &[u8], id: &RequestId) -> Option<RpcResponse> {
+    parse_body(bytes, Batching::Allowed)
+        .ok()?
+        .into_messages()
+        .into_iter()
+        .find_map(|message| match message {
+            Message::Response(response) if response.id() == Some(id) => Some(response),
+            _ => None,
+        })
+}
+
+/// `response` under `id` (each round went out under an id of its own).
+fn with_id(response: RpcResponse, id: RequestId) -> RpcResponse {
+    match response {
+        RpcResponse::Result(result) => RpcResponse::success(id, result.result),
+        RpcResponse::Error(error) => RpcResponse::error(Some(id), error.error),
+    }
+}
