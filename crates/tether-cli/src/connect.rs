@@ -131,7 +131,8 @@ impl Bridge {
     fn new(url: String, config: ClientConfig) -> Self {
         let (out, out_rx) = mpsc::channel(STDOUT_QUEUE);
         let asker = Arc::new(LocalAsker {
-            out: out.clone(),
+            // Weak: the stdout writer ends when the bridge drops its sender at end of stdin.
+            out: out.downgrade(),
             modern: AtomicBool::new(false),
             waiting: Mutex::default(),
             next: AtomicU64::new(1),
@@ -468,7 +469,7 @@ fn initialize_result_of(
 /// the question's answer. Inactive (declining every request) while the client speaks the
 /// 2025 era, where server requests pass through under the server's ids.
 struct LocalAsker {
-    out: mpsc::Sender<Message>,
+    out: mpsc::WeakSender<Message>,
     modern: AtomicBool,
     waiting: Mutex<HashMap<RequestId, tokio::sync::oneshot::Sender<Response>>>,
     next: AtomicU64,
@@ -503,7 +504,11 @@ impl ServerRequestHandler for LocalAsker {
         lock(&self.waiting).insert(id.clone(), tx);
         let mut asked = request.clone();
         asked.id = id.clone();
-        if self.out.send(Message::Request(asked)).await.is_err() {
+        let sent = match self.out.upgrade() {
+            Some(out) => out.send(Message::Request(asked)).await.is_ok(),
+            None => false,
+        };
+        if !sent {
             lock(&self.waiting).remove(&id);
             return Err(ErrorObject::new(INTERNAL_ERROR, "the local client is gone"));
         }
