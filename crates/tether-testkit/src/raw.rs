@@ -358,6 +358,14 @@ pub fn modern_envelope(extra: Value) -> Value {
     meta
 }
 
+/// `_meta` of a 2026-07-28 client that declares the tasks extension (and roots and
+/// elicitation), to merge into [`modern_envelope`].
+#[must_use]
+pub fn task_meta() -> Value {
+    json!({"io.modelcontextprotocol/clientCapabilities": {
+        "roots": {}, "elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}})
+}
+
 impl RawClient {
     /// A client for `http://HOST:PORT/PATH` (HOST an IP address or `localhost`).
     ///
@@ -459,6 +467,28 @@ impl RawClient {
             request = request.header("Mcp-Name", &name);
         }
         request
+    }
+
+    /// `tasks/get` of `task` (declaring the extension) until its status is `wanted` or
+    /// terminal, or 20 s pass; the last answer.
+    ///
+    /// # Errors
+    ///
+    /// When an exchange fails or its body is not JSON.
+    pub async fn poll_task(&self, task: &str, wanted: &str) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let request = self.modern(90, "tasks/get", json!({"taskId": task}), task_meta());
+            let got = self.exchange(&request).await?.json()?;
+            let status = got["result"]["status"].as_str().unwrap_or("?");
+            if status == wanted
+                || !matches!(status, "working" | "input_required")
+                || tokio::time::Instant::now() > deadline
+            {
+                return Ok(got);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// A request to the endpoint with the headers a 2025-11-25 client sends: `Host`,

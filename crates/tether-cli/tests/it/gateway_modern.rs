@@ -10,7 +10,7 @@
 //! raw HTTP on loopback.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use serde_json::{Value, json};
@@ -62,8 +62,7 @@ fn client(server: &ServerProcess) -> anyhow::Result<RawClient> {
 
 /// `_meta` of a client that declares the tasks extension.
 fn as_task() -> Value {
-    json!({"io.modelcontextprotocol/clientCapabilities": {
-        "roots": {}, "extensions": {TASKS: {}}}})
+    tether_testkit::raw::task_meta()
 }
 
 /// The JSON-RPC messages of an answer (SSE or JSON).
@@ -86,23 +85,6 @@ fn children_started(server: &ServerProcess) -> usize {
         .lines()
         .filter(|line| line.contains("stdio server started"))
         .count()
-}
-
-/// `tasks/get` of `task` until its status is `wanted` or terminal (or 20 s pass).
-async fn poll_task(client: &RawClient, task: &str, wanted: &str) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let request = client.modern(90, "tasks/get", json!({"taskId": task}), as_task());
-        let got = client.exchange(&request).await?.json()?;
-        let status = got["result"]["status"].as_str().unwrap_or("?").to_owned();
-        if status == wanted
-            || !matches!(status.as_str(), "working" | "input_required")
-            || Instant::now() > deadline
-        {
-            return Ok(got);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,7 +166,7 @@ async fn a_tool_call_through_the_gateway_runs_as_a_task() -> anyhow::Result<()> 
         .as_str()
         .context("a task id")?
         .to_owned();
-    let done = poll_task(&client, &task, "completed").await?;
+    let done = client.poll_task(&task, "completed").await?;
     ensure!(done["result"]["status"] == "completed", "{done}");
     ensure!(
         done["result"]["result"]["content"][0]["text"] == "counted 4",
@@ -241,7 +223,7 @@ async fn a_childs_question_becomes_input_required_and_its_answer_reaches_the_chi
         .as_str()
         .context("a task")?
         .to_owned();
-    let waiting = poll_task(&client, &task, "input_required").await?;
+    let waiting = client.poll_task(&task, "input_required").await?;
     ensure!(waiting["result"]["status"] == "input_required", "{waiting}");
     let (key, question) = waiting["result"]["inputRequests"]
         .as_object()
@@ -256,7 +238,7 @@ async fn a_childs_question_becomes_input_required_and_its_answer_reaches_the_chi
     );
     let ack = client.exchange(&update).await?;
     ensure!(ack.status == 200, "update accepted: {:?}", ack.json());
-    let done = poll_task(&client, &task, "completed").await?;
+    let done = client.poll_task(&task, "completed").await?;
     let text = done["result"]["result"]["content"][0]["text"]
         .as_str()
         .context("text")?;

@@ -355,26 +355,15 @@ async fn a_json_answer_is_collected_by_the_node_that_received_the_call() -> anyh
 
 /// `_meta` of a 2026-07-28 client that declares the tasks extension.
 fn as_task() -> Value {
-    json!({"io.modelcontextprotocol/clientCapabilities": {
-        "roots": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}})
+    tether_testkit::raw::task_meta()
 }
 
 /// `tasks/get` of `task` on `node` until its status is `wanted` or terminal (or 20 s pass).
 async fn task_on(node: &ServerProcess, task: &str, wanted: &str) -> anyhow::Result<Value> {
-    let client = RawClient::new(node.url())?.with_timeout(Duration::from_secs(30));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let request = client.modern(9, "tasks/get", json!({"taskId": task}), as_task());
-        let got = client.exchange(&request).await?.json()?;
-        let status = got["result"]["status"].as_str().unwrap_or("?").to_owned();
-        if status == wanted
-            || !matches!(status.as_str(), "working" | "input_required")
-            || Instant::now() > deadline
-        {
-            return Ok(got);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    RawClient::new(node.url())?
+        .with_timeout(Duration::from_secs(30))
+        .poll_task(task, wanted)
+        .await
 }
 
 /// Starts `count` with `arguments` as a task on `node`; its id.

@@ -276,6 +276,38 @@ async fn run(
     runtime.close();
 }
 
+/// Calls `seen` with task `id` of `principal` as the store has it, now and after every
+/// change, until `seen` says stop (`false`), the task ends (after its terminal record was
+/// seen) or it is gone. Store errors are retried after a short pause.
+async fn follow<F>(
+    tasks: &dyn crate::store::TaskStore,
+    id: TaskId,
+    principal: &str,
+    mut seen: impl FnMut(TaskRecord) -> F + Send,
+) where
+    F: std::future::Future<Output = bool> + Send,
+{
+    const PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+    loop {
+        let record = match tasks.get(&id, principal).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%error, task = %id, "following a task");
+                tokio::time::sleep(PAUSE).await;
+                continue;
+            }
+        };
+        let (version, terminal) = (record.version, record.status.is_terminal());
+        if !seen(record).await || terminal {
+            return;
+        }
+        if tasks.wait_for_change(&id, version).await.is_err() {
+            tokio::time::sleep(PAUSE).await;
+        }
+    }
+}
+
 /// `notifications/tasks` for a listen stream: a full snapshot ([`detailed`]) of task `id` of
 /// `principal` now and after every change, into `tx`, until the task ends, expires or the
 /// listener goes. Read from the store, so it follows the task on whichever node runs it.
@@ -286,34 +318,23 @@ pub(crate) async fn snapshots_for_listener(
     tx: tokio::sync::mpsc::Sender<Vec<u8>>,
 ) {
     let mut sent = 0;
-    loop {
-        let record = match tasks.get(&id, &principal).await {
-            Ok(Some(record)) => record,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::debug!(%error, "watching a task for a listener");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
+    follow(&*tasks, id, &principal, |record: TaskRecord| {
+        let fresh = record.version > sent;
+        sent = sent.max(record.version);
+        let tx = tx.clone();
+        async move {
+            if !fresh {
+                return true;
             }
-        };
-        if record.version > sent {
-            sent = record.version;
             let notification = tether_proto::jsonrpc::Notification::new(
                 TASKS_NOTIFICATION,
                 Some(detailed(&record)),
             );
             let message = tether_proto::jsonrpc::Message::Notification(notification).to_vec();
-            if tx.send(message).await.is_err() {
-                return;
-            }
+            tx.send(message).await.is_ok()
         }
-        if record.status.is_terminal() {
-            return;
-        }
-        if tasks.wait_for_change(&id, record.version).await.is_err() {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    }
+    })
+    .await;
 }
 
 /// The method of a task's status push on a listen stream (SEP-2663).
@@ -326,25 +347,11 @@ async fn watch_cancellation(
     principal: Arc<str>,
     token: CancellationToken,
 ) {
-    loop {
-        let record = match tasks.get(&id, &principal).await {
-            Ok(Some(record)) => record,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::debug!(%error, "watching a task for its cancellation");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    follow(&*tasks, id, &principal, |record: TaskRecord| {
         if record.cancel_requested {
             token.cancel();
-            return;
         }
-        if record.status.is_terminal() {
-            return;
-        }
-        if tasks.wait_for_change(&id, record.version).await.is_err() {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    }
+        std::future::ready(!record.cancel_requested)
+    })
+    .await;
 }

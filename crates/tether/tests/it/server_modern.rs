@@ -566,13 +566,12 @@ async fn a_principal_holds_at_most_its_task_limit() {
 
 /// The envelope's `_meta` of a client that declares the tasks extension.
 fn as_task() -> Value {
-    json!({"io.modelcontextprotocol/clientCapabilities": {
-        "elicitation": {}, "extensions": {TASKS_EXTENSION: {}}}})
+    tether_testkit::raw::task_meta()
 }
 
-/// `tasks/get` of `task` until it is terminal (or 5 s pass); the last answer.
+/// `tasks/get` of `task` until it is terminal (or 20 s pass); the last answer.
 async fn until_terminal(client: &RawClient, task: &str) -> Value {
-    until_terminal_or(client, task, "completed").await
+    client.poll_task(task, "completed").await.unwrap()
 }
 
 /// What a task's handler emits is kept in the event log as the stream whose id is the task
@@ -713,7 +712,7 @@ async fn a_listen_stream_carries_snapshots_of_the_principal_s_tasks() {
     let theirs = bob.exchange(&start(&bob, 2)).await.unwrap().json().unwrap();
     let theirs = theirs["result"]["taskId"].as_str().unwrap().to_owned();
     // The task asks at once: wait until it is input_required.
-    let asked = until_terminal_or(&alice, &mine, "input_required").await;
+    let asked = alice.poll_task(&mine, "input_required").await.unwrap();
     assert_eq!(asked["result"]["status"], "input_required", "{asked}");
     let listen = modern(
         &alice,
@@ -759,99 +758,4 @@ async fn a_listen_stream_carries_snapshots_of_the_principal_s_tasks() {
         last["params"]["result"]["content"][0]["text"],
         "hello Ada (modern)"
     );
-}
-
-/// `tasks/get` of `task` until its status is `wanted` or terminal (or 5 s pass).
-async fn until_terminal_or(client: &RawClient, task: &str, wanted: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let request = modern(client, 91, "tasks/get", json!({"taskId": task}), as_task());
-        let got = client.exchange(&request).await.unwrap().json().unwrap();
-        let status = got["result"]["status"].as_str().unwrap_or("?").to_owned();
-        if status == wanted
-            || !matches!(status.as_str(), "working" | "input_required")
-            || tokio::time::Instant::now() > deadline
-        {
-            return got;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The task methods' refusals: an `Mcp-Name` that is not the task id is -32020 (400); an
-/// unknown id and another principal's task get the same -32602 answer; a client that did not
-/// declare the extension gets -32021; after its TTL a task is unknown.
-#[tokio::test]
-async fn task_methods_check_the_header_the_owner_and_the_ttl() {
-    let mut config = ServerConfig::default();
-    config.task_ttl = Duration::from_millis(400);
-    let (url, _stop, _task) =
-        asking_server_with(Stores::memory(StoreLimits::default()), config).await;
-    let alice = alice(&url);
-    let bob = RawClient::new(&url).unwrap().with_bearer_token("bob-token");
-    let created = alice
-        .exchange(&modern(
-            &alice,
-            1,
-            "tools/call",
-            json!({"name": "steps"}),
-            as_task(),
-        ))
-        .await
-        .unwrap()
-        .json()
-        .unwrap();
-    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
-    let get = |client: &RawClient, task: &str, meta: Value| {
-        modern(client, 5, "tasks/get", json!({"taskId": task}), meta)
-    };
-    let mismatched = alice
-        .exchange(&get(&alice, &task, as_task()).header("Mcp-Name", "another"))
-        .await
-        .unwrap();
-    assert_eq!(mismatched.status, 400);
-    assert_eq!(mismatched.json().unwrap()["error"]["code"], -32020);
-    let unknown = alice
-        .exchange(&get(
-            &alice,
-            &tether::proto::ids::TaskId::generate().to_string(),
-            as_task(),
-        ))
-        .await
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
-    let foreign = bob
-        .exchange(&get(&bob, &task, as_task()))
-        .await
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(
-        foreign, unknown,
-        "another's task reads exactly as an unknown one"
-    );
-    let undeclared = alice
-        .exchange(&get(&alice, &task, json!({})))
-        .await
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(undeclared["error"]["code"], -32021, "{undeclared}");
-    let live = alice
-        .exchange(&get(&alice, &task, as_task()))
-        .await
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(live["result"]["taskId"], task.as_str(), "{live}");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let expired = alice
-        .exchange(&get(&alice, &task, as_task()))
-        .await
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(expired, unknown, "past its TTL: {expired}");
 }
