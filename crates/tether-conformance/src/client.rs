@@ -11,24 +11,83 @@
 //! `retry` and resume with `Last-Event-ID`; `elicitation-sep1034-client-defaults` opens the
 //! standalone stream (where that server sends its request) and answers `elicitation/create`
 //! by accepting every default the schema proposes (SEP-1034), through a
-//! [`ServerRequestHandler`]. This module owns only the scenario scripts: sessions, reconnects
-//! and answering server requests are the library's; the command line around them (the
-//! environment variable, exit codes) is `tether conformance-client`'s.
+//! [`ServerRequestHandler`].
+//!
+//! The suite names the protocol version in `MCP_CONFORMANCE_PROTOCOL_VERSION` (2025-11-25
+//! unless run with `--spec-version`): at 2026-07-28 the client is pinned to that era
+//! ([`ProtocolChoice::Version`]), else to the legacy era, so each scenario meets the client
+//! its version describes. The 2026-07-28 scenarios: `request-metadata` (the `_meta`
+//! envelope and version header on every request; the first request is refused with -32022
+//! naming 2026-07-28, which the library sends again once); `sep-2322-client-request-state`
+//! (an `input_required` round answered through a [`ServerRequestHandler`], with an unrelated
+//! call made while the question is open, then the state-less and `resultType`-less tools);
+//! `http-standard-headers` (every kind of named request: tools, resources, prompts);
+//! `http-custom-headers` (the calls the suite lists in `MCP_CONFORMANCE_CONTEXT`, whose
+//! `Mcp-Param-*` headers the library derives from the listed schemas);
+//! `http-invalid-tool-headers` (every tool the library keeps after dropping those with
+//! invalid `x-mcp-header` annotations is called); `json-schema-ref-no-deref` (tools are
+//! listed, and no `$ref` is fetched); in both eras `json-schema-2020-12-preservation` (the
+//! listed schema sent back unchanged). This module owns only the scenario scripts: sessions,
+//! reconnects, headers and answering server requests are the library's; the command line
+//! around them (the environment variables, exit codes) is `tether conformance-client`'s.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use tether::client::{Client, ClientConfig, ClientEvent, MessageStream, ServerRequestHandler};
+use tether::client::{
+    Client, ClientConfig, ClientEvent, MessageStream, ProtocolChoice, ServerRequestHandler,
+};
 use tether::proto::jsonrpc::{
     ErrorObject, INVALID_PARAMS, METHOD_NOT_FOUND, Message, Request, Response,
 };
+use tether::proto::version::ProtocolVersion;
 use tokio::task::JoinHandle;
 
 /// The environment variable in which the suite names the scenario.
 pub const SCENARIO_VAR: &str = "MCP_CONFORMANCE_SCENARIO";
+
+/// The environment variable in which the suite names the protocol version to speak.
+pub const PROTOCOL_VAR: &str = "MCP_CONFORMANCE_PROTOCOL_VERSION";
+
+/// The environment variable in which the suite passes a scenario's context (JSON), such as
+/// the tool calls `http-custom-headers` wants made.
+pub const CONTEXT_VAR: &str = "MCP_CONFORMANCE_CONTEXT";
+
+/// What the suite tells the client besides the scenario: the version and the context.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The era to speak, from [`PROTOCOL_VAR`].
+    pub protocol: ProtocolChoice,
+    /// The scenario's context, from [`CONTEXT_VAR`] (`Null` when unset).
+    pub context: Value,
+}
+
+impl Run {
+    /// The run the suite describes with `version` ([`PROTOCOL_VAR`]) and `context`
+    /// ([`CONTEXT_VAR`]), each as read from the environment.
+    ///
+    /// # Errors
+    ///
+    /// A version this client does not speak, or a context that is not JSON.
+    pub fn from_env(version: Option<&str>, context: Option<&str>) -> anyhow::Result<Self> {
+        let protocol = match version {
+            None => ProtocolChoice::Legacy,
+            Some(version) => match ProtocolVersion::parse(version) {
+                Ok(version) => ProtocolChoice::Version(version),
+                Err(error) => bail!("{PROTOCOL_VAR}={version:?}: {error}"),
+            },
+        };
+        let context = match context {
+            None => Value::Null,
+            Some(text) => serde_json::from_str(text)
+                .with_context(|| format!("{CONTEXT_VAR} is not JSON: {text:?}"))?,
+        };
+        Ok(Self { protocol, context })
+    }
+}
 
 /// A whole scenario's limit: under the suite's default client timeout (30 s), so that a
 /// stuck scenario ends with our own error on stderr rather than the suite's kill.
@@ -49,10 +108,24 @@ pub enum Scenario {
     SseRetry,
     /// `elicitation-sep1034-client-defaults`.
     ElicitationDefaults,
+    /// `request-metadata` (2026-07-28).
+    RequestMetadata,
+    /// `sep-2322-client-request-state` (2026-07-28).
+    RequestState,
+    /// `http-standard-headers` (2026-07-28).
+    StandardHeaders,
+    /// `http-custom-headers` (2026-07-28).
+    CustomHeaders,
+    /// `http-invalid-tool-headers` (2026-07-28).
+    InvalidToolHeaders,
+    /// `json-schema-ref-no-deref` (2026-07-28).
+    SchemaRefNoDeref,
+    /// `json-schema-2020-12-preservation`.
+    SchemaPreservation,
 }
 
 impl Scenario {
-    const ALL: [(&'static str, Self); 4] = [
+    const ALL: [(&'static str, Self); 11] = [
         ("initialize", Self::Initialize),
         ("tools_call", Self::ToolsCall),
         ("sse-retry", Self::SseRetry),
@@ -60,6 +133,13 @@ impl Scenario {
             "elicitation-sep1034-client-defaults",
             Self::ElicitationDefaults,
         ),
+        ("request-metadata", Self::RequestMetadata),
+        ("sep-2322-client-request-state", Self::RequestState),
+        ("http-standard-headers", Self::StandardHeaders),
+        ("http-custom-headers", Self::CustomHeaders),
+        ("http-invalid-tool-headers", Self::InvalidToolHeaders),
+        ("json-schema-ref-no-deref", Self::SchemaRefNoDeref),
+        ("json-schema-2020-12-preservation", Self::SchemaPreservation),
     ];
 
     /// The scenario the suite names `name`.
@@ -83,27 +163,36 @@ impl Scenario {
 /// # Errors
 ///
 /// What went wrong, for stderr.
-pub async fn play(scenario: Scenario, url: &str) -> anyhow::Result<()> {
+pub async fn play(scenario: Scenario, url: &str, run: &Run) -> anyhow::Result<()> {
+    let mut config = ClientConfig::default();
+    config.protocol = run.protocol;
     match scenario {
-        Scenario::Initialize => initialize(url).await,
-        Scenario::ToolsCall => tools_call(url).await,
-        Scenario::SseRetry => sse_retry(url).await,
-        Scenario::ElicitationDefaults => elicitation_defaults(url).await,
+        Scenario::Initialize | Scenario::SchemaRefNoDeref => initialize(url, config).await,
+        Scenario::ToolsCall => tools_call(url, config).await,
+        Scenario::SseRetry => sse_retry(url, config).await,
+        Scenario::ElicitationDefaults => elicitation_defaults(url, config).await,
+        Scenario::RequestMetadata => request_metadata(url, config).await,
+        Scenario::RequestState => request_state(url, config).await,
+        Scenario::StandardHeaders => standard_headers(url, config).await,
+        Scenario::CustomHeaders => custom_headers(url, config, &run.context).await,
+        Scenario::InvalidToolHeaders => invalid_tool_headers(url, config).await,
+        Scenario::SchemaPreservation => schema_preservation(url, config).await,
     }
 }
 
 /// `initialize`: the handshake (the server checks the version and `clientInfo`), then
-/// `tools/list` as a first request on the session.
-async fn initialize(url: &str) -> anyhow::Result<()> {
-    let client = connect(url, ClientConfig::default()).await?;
+/// `tools/list` as a first request on the session. `json-schema-ref-no-deref` is the same
+/// script: the listed schema's network `$ref` must stay unfetched, and nothing here fetches.
+async fn initialize(url: &str, config: ClientConfig) -> anyhow::Result<()> {
+    let client = connect(url, config).await?;
     let tools = list_tools(&client).await?;
     println!("tools/list: {} tools", tools.len());
     close(client).await
 }
 
 /// `tools_call`: `add_numbers {a: 2, b: 3}`, whose server records the call as its check.
-async fn tools_call(url: &str) -> anyhow::Result<()> {
-    let client = connect(url, ClientConfig::default()).await?;
+async fn tools_call(url: &str, config: ClientConfig) -> anyhow::Result<()> {
+    let client = connect(url, config).await?;
     let tools = list_tools(&client).await?;
     let name = tool_named(&tools, "add_numbers")?;
     let result = call_tool(&client, name, json!({"a": 2, "b": 3})).await?;
@@ -115,8 +204,8 @@ async fn tools_call(url: &str) -> anyhow::Result<()> {
 /// stream and closes it; the result arrives only on a GET that resumes it. The waiting and
 /// the `Last-Event-ID` are the library's reconnect loop
 /// (docs/CONTRACTS.md#client-reconnect-timing); this script only reports the reconnects it saw.
-async fn sse_retry(url: &str) -> anyhow::Result<()> {
-    let client = connect(url, ClientConfig::default()).await?;
+async fn sse_retry(url: &str, config: ClientConfig) -> anyhow::Result<()> {
+    let client = connect(url, config).await?;
     let mut events = client.events();
     let result = call_tool(&client, "test_reconnection", json!({})).await?;
     println!("test_reconnection: {}", result_text(&result));
@@ -137,8 +226,7 @@ async fn sse_retry(url: &str) -> anyhow::Result<()> {
 /// default; [`AcceptDefaults`] accepts it with those defaults. The server (the TypeScript
 /// SDK's) sends that request unrelated to the call, so on the standalone stream, and drops it
 /// if none is open: the stream must be open before the call.
-async fn elicitation_defaults(url: &str) -> anyhow::Result<()> {
-    let mut config = ClientConfig::default();
+async fn elicitation_defaults(url: &str, mut config: ClientConfig) -> anyhow::Result<()> {
     // Form mode only (MCP 2025-11-25): this client cannot open URLs.
     config.capabilities = json!({"elicitation": {"form": {}}});
     config.request_handler = Some(Arc::new(AcceptDefaults));
@@ -148,6 +236,142 @@ async fn elicitation_defaults(url: &str) -> anyhow::Result<()> {
     let name = tool_named(&tools, "test_client_elicitation_defaults")?;
     let result = call_tool(&client, name, json!({})).await?;
     println!("{name}: {}", result_text(&result));
+    close(client).await
+}
+
+/// `request-metadata`: every request's `_meta` must carry the version, capabilities and
+/// client info, matching the version header; the server refuses the first request (here
+/// `server/discover`, inside [`Client::connect`]) with -32022 and expects it sent again. The
+/// capabilities a client may declare are all declared, so that the server checks their shape.
+async fn request_metadata(url: &str, mut config: ClientConfig) -> anyhow::Result<()> {
+    config.capabilities = json!({"roots": {}, "sampling": {}, "elicitation": {"form": {}}});
+    let client = connect(url, config).await?;
+    let tools = list_tools(&client).await?;
+    println!("tools/list: {} tools", tools.len());
+    close(client).await
+}
+
+/// `sep-2322-client-request-state`: `test_mrtr_echo_state` answers `input_required` with an
+/// elicitation and a `requestState`; while [`ConfirmAll`] holds the question open it calls
+/// `test_mrtr_unrelated`, which must carry neither answers nor state; the library then sends
+/// the call again under a new id with the answer and the exact state. `test_mrtr_no_state`
+/// asks without a state (the retry must carry none), and `test_mrtr_no_result_type` answers
+/// without `resultType`, which means complete.
+async fn request_state(url: &str, mut config: ClientConfig) -> anyhow::Result<()> {
+    let confirm = Arc::new(ConfirmAll {
+        client: OnceLock::new(),
+        unrelated: "test_mrtr_unrelated",
+    });
+    config.capabilities = json!({"elicitation": {"form": {}}});
+    config.request_handler = Some(Arc::clone(&confirm) as Arc<dyn ServerRequestHandler>);
+    let client = connect(url, config).await?;
+    let _ = confirm.client.set(client.clone());
+    let tools = list_tools(&client).await?;
+    for name in [
+        "test_mrtr_echo_state",
+        "test_mrtr_no_state",
+        "test_mrtr_no_result_type",
+    ] {
+        let name = tool_named(&tools, name)?;
+        let result = call_tool(&client, name, json!({})).await?;
+        println!("{name}: {}", result_text(&result));
+    }
+    close(client).await
+}
+
+/// `http-standard-headers`: one request of each kind that has a standard header to check:
+/// each listed tool called, each listed resource read, each listed prompt got.
+async fn standard_headers(url: &str, config: ClientConfig) -> anyhow::Result<()> {
+    let client = connect(url, config).await?;
+    for tool in list_tools(&client).await? {
+        let name = tool["name"]
+            .as_str()
+            .context("a listed tool without a name")?;
+        let result = call_tool(&client, name, json!({})).await?;
+        println!("{name}: {}", result_text(&result));
+    }
+    let resources = list(&client, "resources/list", "resources").await?;
+    for resource in resources {
+        let uri = resource["uri"]
+            .as_str()
+            .context("a listed resource without a uri")?;
+        request_result(&client, "resources/read", json!({"uri": uri})).await?;
+        println!("resources/read {uri}: done");
+    }
+    for prompt in list(&client, "prompts/list", "prompts").await? {
+        let name = prompt["name"]
+            .as_str()
+            .context("a listed prompt without a name")?;
+        request_result(&client, "prompts/get", json!({"name": name})).await?;
+        println!("prompts/get {name}: done");
+    }
+    close(client).await
+}
+
+/// `http-custom-headers`: the tool calls of the context (`toolCalls`, each `{name,
+/// arguments}`) after a `tools/list`, from which the library learns which arguments go into
+/// `Mcp-Param-*` headers.
+async fn custom_headers(url: &str, config: ClientConfig, context: &Value) -> anyhow::Result<()> {
+    let Some(calls) = context["toolCalls"].as_array() else {
+        bail!("{CONTEXT_VAR} has no toolCalls array: {context}");
+    };
+    let client = connect(url, config).await?;
+    let tools = list_tools(&client).await?;
+    for call in calls {
+        let name = call["name"]
+            .as_str()
+            .context("a context tool call without a name")?;
+        let name = tool_named(&tools, name)?;
+        let result = call_tool(&client, name, call["arguments"].clone()).await?;
+        println!("{name}: {}", result_text(&result));
+    }
+    close(client).await
+}
+
+/// `http-invalid-tool-headers`: every tool the library keeps from `tools/list` is called
+/// (with a placeholder for each required string argument): only the valid one may be.
+async fn invalid_tool_headers(url: &str, config: ClientConfig) -> anyhow::Result<()> {
+    let client = connect(url, config).await?;
+    let tools = list_tools(&client).await?;
+    println!(
+        "tools kept: {:?}",
+        tools
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect::<Vec<_>>()
+    );
+    for tool in &tools {
+        let name = tool["name"]
+            .as_str()
+            .context("a listed tool without a name")?;
+        let arguments: Map<String, Value> = tool["inputSchema"]["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(|key| (key.to_owned(), Value::from("conformance")))
+            .collect();
+        let result = call_tool(&client, name, Value::Object(arguments)).await?;
+        println!("{name}: {}", result_text(&result));
+    }
+    close(client).await
+}
+
+/// `json-schema-2020-12-preservation`: the `inputSchema` of `json_schema_2020_12_tool`, as the
+/// library handed it over, sent back through `json_schema_echo`: every 2020-12 keyword must
+/// have survived the client (`$schema`, `$defs`, `$anchor`, composition and conditionals).
+async fn schema_preservation(url: &str, config: ClientConfig) -> anyhow::Result<()> {
+    let client = connect(url, config).await?;
+    let tools = list_tools(&client).await?;
+    let focal = tool_named(&tools, "json_schema_2020_12_tool")?;
+    let schema = tools
+        .iter()
+        .find(|tool| tool["name"] == focal)
+        .map(|tool| tool["inputSchema"].clone())
+        .unwrap_or_default();
+    let echo = tool_named(&tools, "json_schema_echo")?;
+    let result = call_tool(&client, echo, json!({"schema": schema})).await?;
+    println!("{echo}: {}", result_text(&result));
     close(client).await
 }
 
@@ -213,15 +437,33 @@ async fn close(client: Client) -> anyhow::Result<()> {
 
 /// `tools/list`'s tools.
 async fn list_tools(client: &Client) -> anyhow::Result<Vec<Value>> {
+    list(client, "tools/list", "tools").await
+}
+
+/// The array `key` of a list request's result.
+async fn list(client: &Client, method: &str, key: &str) -> anyhow::Result<Vec<Value>> {
     let stream = client
-        .request("tools/list", None)
+        .request(method, None)
         .await
-        .context("tools/list")?;
-    let result = final_result(client, stream).await.context("tools/list")?;
-    match result.get("tools") {
-        Some(Value::Array(tools)) => Ok(tools.clone()),
-        _ => bail!("tools/list: the result has no `tools` array: {result}"),
+        .context(method.to_owned())?;
+    let result = final_result(client, stream)
+        .await
+        .context(method.to_owned())?;
+    match result.get(key) {
+        Some(Value::Array(items)) => Ok(items.clone()),
+        _ => bail!("{method}: the result has no `{key}` array: {result}"),
     }
+}
+
+/// The result of one request.
+async fn request_result(client: &Client, method: &str, params: Value) -> anyhow::Result<Value> {
+    let stream = client
+        .request(method, Some(params))
+        .await
+        .context(method.to_owned())?;
+    final_result(client, stream)
+        .await
+        .context(method.to_owned())
 }
 
 /// The name of the listed tool `name`, or an error listing what the server offers.
@@ -337,6 +579,43 @@ impl ServerRequestHandler for AcceptDefaults {
                 Err(ErrorObject::new(INVALID_PARAMS, why))
             }
         }
+    }
+}
+
+/// Answers `elicitation/create` by accepting with every boolean field of the form set to
+/// `true` (a user confirming), after calling the tool `unrelated` through the client (set once
+/// connected), so that another request is made while a question is open.
+struct ConfirmAll {
+    client: OnceLock<Client>,
+    unrelated: &'static str,
+}
+
+#[async_trait]
+impl ServerRequestHandler for ConfirmAll {
+    fn accepts(&self, request: &Request) -> bool {
+        request.method == "elicitation/create"
+    }
+
+    async fn handle(&self, request: &Request) -> Result<Value, ErrorObject> {
+        let failed = |error: anyhow::Error| ErrorObject::new(INVALID_PARAMS, format!("{error:#}"));
+        let client = self
+            .client
+            .get()
+            .ok_or_else(|| ErrorObject::new(INVALID_PARAMS, "asked before connecting"))?;
+        let result = call_tool(client, self.unrelated, json!({}))
+            .await
+            .map_err(failed)?;
+        println!("{} (while asked): {}", self.unrelated, result_text(&result));
+        let params = request.params.as_ref().unwrap_or(&Value::Null);
+        let content: Map<String, Value> = params["requestedSchema"]["properties"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, schema)| schema["type"] == "boolean")
+            .map(|(name, _)| (name.clone(), Value::Bool(true)))
+            .collect();
+        println!("elicitation/create answered: {content:?}");
+        Ok(json!({"action": "accept", "content": content}))
     }
 }
 

@@ -455,6 +455,191 @@ pub fn add_envelope(
     meta.insert(META_CLIENT_INFO.into(), client_info.clone());
 }
 
+/// The prefix of the header a tool argument is mirrored into (SEP-2243): `Mcp-Param-{name}`.
+pub const PARAM_HEADER_PREFIX: &str = "Mcp-Param-";
+
+/// Largest magnitude of an integer argument that may be mirrored into a header: the safe
+/// integer range of an IEEE 754 double (2^53 − 1), which the spec requires.
+pub const MAX_HEADER_INTEGER: u64 = (1 << 53) - 1;
+
+/// One `x-mcp-header` annotation of a tool's `inputSchema`: where the argument sits (its
+/// chain of `properties` keys) and the name part of its `Mcp-Param-{name}` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamHeader {
+    /// The property names from the schema root to the annotated property.
+    pub path: Vec<String>,
+    /// The annotation's value: the header is [`PARAM_HEADER_PREFIX`] followed by it.
+    pub name: String,
+}
+
+/// The `x-mcp-header` annotations of a tool's `inputSchema`, or why the tool definition is
+/// invalid and must be dropped from `tools/list` (SEP-2243): an annotation that is empty, not
+/// an HTTP token (`1*tchar`), not a string, on a property whose `type` is not `string`,
+/// `integer` or `boolean` (`number` is not allowed), repeated case-insensitively, or anywhere
+/// but a chain of `properties` keys from the root (under `items`, `oneOf`, `$ref`'d `$defs`,
+/// `if`/`then`/`else` and the like).
+///
+/// # Errors
+///
+/// The reason, for the warning a client logs when it drops the tool.
+pub fn param_headers(input_schema: &Value) -> Result<Vec<ParamHeader>, String> {
+    let mut found = Vec::new();
+    visit_schema(input_schema, &mut Vec::new(), true, &mut found)?;
+    let mut seen = std::collections::HashSet::new();
+    for header in &found {
+        if !seen.insert(header.name.to_ascii_lowercase()) {
+            return Err(format!(
+                "x-mcp-header {:?} appears more than once (case-insensitively)",
+                header.name
+            ));
+        }
+    }
+    Ok(found)
+}
+
+/// JSON Schema keywords whose values are subschemas (directly, in an array, or in a map), other
+/// than `properties`: an annotation under any of them is not statically reachable.
+const SUBSCHEMA_KEYWORDS: [&str; 18] = [
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "contains",
+    "additionalProperties",
+    "patternProperties",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "propertyNames",
+    "dependentSchemas",
+    "$defs",
+    "definitions",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+];
+
+fn visit_schema(
+    schema: &Value,
+    path: &mut Vec<String>,
+    reachable: bool,
+    found: &mut Vec<ParamHeader>,
+) -> Result<(), String> {
+    let Value::Object(object) = schema else {
+        if let Value::Array(items) = schema {
+            for item in items {
+                visit_schema(item, path, false, found)?;
+            }
+        }
+        return Ok(());
+    };
+    if let Some(annotation) = object.get("x-mcp-header") {
+        if !reachable || path.is_empty() {
+            return Err(format!(
+                "x-mcp-header {annotation} is not on a property reachable through `properties` alone"
+            ));
+        }
+        found.push(ParamHeader {
+            path: path.clone(),
+            name: checked_annotation(annotation, object)?,
+        });
+    }
+    if let Some(Value::Object(properties)) = object.get("properties") {
+        for (name, property) in properties {
+            path.push(name.clone());
+            visit_schema(property, path, reachable, found)?;
+            path.pop();
+        }
+    }
+    for keyword in SUBSCHEMA_KEYWORDS.iter().copied().chain(["else"]) {
+        match object.get(keyword) {
+            Some(Value::Object(map))
+                if matches!(
+                    keyword,
+                    "patternProperties" | "dependentSchemas" | "$defs" | "definitions"
+                ) =>
+            {
+                for subschema in map.values() {
+                    visit_schema(subschema, path, false, found)?;
+                }
+            }
+            Some(subschema) => visit_schema(subschema, path, false, found)?,
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// The annotation's header name, checked against the property it sits on.
+fn checked_annotation(annotation: &Value, property: &Map<String, Value>) -> Result<String, String> {
+    let Some(name) = annotation.as_str() else {
+        return Err(format!("x-mcp-header {annotation} is not a string"));
+    };
+    if name.is_empty() {
+        return Err("x-mcp-header is empty".to_owned());
+    }
+    if !name.bytes().all(is_tchar) {
+        return Err(format!(
+            "x-mcp-header {name:?} is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~ only)"
+        ));
+    }
+    match property.get("type").and_then(Value::as_str) {
+        Some("string" | "integer" | "boolean") => Ok(name.to_owned()),
+        other => Err(format!(
+            "x-mcp-header {name:?} is on a property of type {}; only string, integer and boolean may be mirrored",
+            other.map_or_else(|| "(none)".to_owned(), |t| format!("{t:?}"))
+        )),
+    }
+}
+
+/// RFC 9110 §5.6.2 `tchar`.
+fn is_tchar(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
+}
+
+/// The `Mcp-Param-*` headers of a `tools/call` with `arguments`, for a tool annotated with
+/// `headers`: each present value converted (a string as is, an integer in decimal, a boolean
+/// as `true`/`false`) and encoded like every header value ([`encode_header_value`]; an empty
+/// string stays empty). A value that is absent, `null`, or not of its declared kind (an
+/// integer beyond [`MAX_HEADER_INTEGER`] included) gets no header: the server's check then
+/// reports the disagreement rather than the client inventing a value.
+#[must_use]
+pub fn param_header_values(headers: &[ParamHeader], arguments: &Value) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|header| {
+            let value = header
+                .path
+                .iter()
+                .try_fold(arguments, |value, key| value.get(key))?;
+            let text = match value {
+                Value::String(text) if text.is_empty() => String::new(),
+                Value::String(text) => encode_header_value(text),
+                Value::Bool(flag) => flag.to_string(),
+                Value::Number(number) => header_integer(number)?,
+                _ => return None,
+            };
+            Some((format!("{PARAM_HEADER_PREFIX}{}", header.name), text))
+        })
+        .collect()
+}
+
+/// An integer argument in decimal, if it is one within the safe range (`42.0` counts).
+fn header_integer(number: &serde_json::Number) -> Option<String> {
+    if let Some(n) = number.as_i64() {
+        return (n.unsigned_abs() <= MAX_HEADER_INTEGER).then(|| n.to_string());
+    }
+    if let Some(n) = number.as_u64() {
+        return (n <= MAX_HEADER_INTEGER).then(|| n.to_string());
+    }
+    let f = number.as_f64()?;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let fits = f.fract() == 0.0 && f.abs() <= MAX_HEADER_INTEGER as f64;
+    #[allow(clippy::cast_possible_truncation)]
+    fits.then(|| (f as i64).to_string())
+}
+
 /// Requests a client may send again, under a new id, when their connection was lost before
 /// the answer: they change nothing on the server (a `tools/call` may have run, so it is not
 /// one of them).
@@ -523,6 +708,97 @@ mod tests {
             Some("=?base64?dMO8cg==?=")
         );
         assert_eq!(name_header("tools/list", Some(&json!({"name": "x"}))), None);
+    }
+
+    #[test]
+    fn annotated_properties_reachable_through_properties_become_param_headers() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "limits": {"type": "object", "properties": {
+                "priority": {"type": "integer", "x-mcp-header": "Priority"},
+            }},
+            "query": {"type": "string"},
+        }});
+        let headers = param_headers(&schema).unwrap();
+        assert_eq!(
+            headers,
+            vec![
+                ParamHeader {
+                    path: vec!["region".into()],
+                    name: "Region".into()
+                },
+                ParamHeader {
+                    path: vec!["limits".into(), "priority".into()],
+                    name: "Priority".into()
+                },
+            ]
+        );
+        let arguments = json!({"region": " padded", "limits": {"priority": 42}, "query": "q"});
+        assert_eq!(
+            param_header_values(&headers, &arguments),
+            vec![
+                (
+                    "Mcp-Param-Region".to_owned(),
+                    "=?base64?IHBhZGRlZA==?=".to_owned()
+                ),
+                ("Mcp-Param-Priority".to_owned(), "42".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn each_invalid_annotation_rejects_the_tool() {
+        let tool = |property: Value| json!({"type": "object", "properties": {"p": property}});
+        let invalid = [
+            tool(json!({"type": "string", "x-mcp-header": ""})),
+            tool(json!({"type": "object", "x-mcp-header": "Data"})),
+            tool(json!({"type": "array", "items": {"type": "string"}, "x-mcp-header": "Items"})),
+            tool(json!({"type": "null", "x-mcp-header": "Nil"})),
+            tool(json!({"type": "number", "x-mcp-header": "Score"})),
+            tool(json!({"x-mcp-header": "Untyped"})),
+            tool(json!({"type": "string", "x-mcp-header": "My Region"})),
+            tool(json!({"type": "string", "x-mcp-header": "Region:Primary"})),
+            tool(json!({"type": "string", "x-mcp-header": "R\u{e9}gion"})),
+            tool(json!({"type": "string", "x-mcp-header": "Region\t1"})),
+            tool(json!({"type": "string", "x-mcp-header": 7})),
+            tool(json!({"type": "array", "items": {"type": "string", "x-mcp-header": "Item"}})),
+            tool(json!({"oneOf": [{"type": "string", "x-mcp-header": "Either"}]})),
+            json!({"type": "object", "$defs": {"d": {"type": "string", "x-mcp-header": "Def"}}}),
+            json!({"type": "string", "x-mcp-header": "Root"}),
+            json!({"type": "object", "properties": {
+                "a": {"type": "string", "x-mcp-header": "MyField"},
+                "b": {"type": "string", "x-mcp-header": "myfield"},
+            }}),
+        ];
+        for schema in invalid {
+            assert!(param_headers(&schema).is_err(), "accepted {schema}");
+        }
+        assert_eq!(param_headers(&json!({"type": "object"})), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn param_values_convert_by_kind_and_omit_what_is_missing() {
+        let headers: Vec<ParamHeader> = ["s", "e", "b", "i", "f", "big", "n", "absent", "wrong"]
+            .iter()
+            .map(|key| ParamHeader {
+                path: vec![(*key).to_owned()],
+                name: key.to_uppercase(),
+            })
+            .collect();
+        let arguments = json!({
+            "s": "us-west1", "e": "", "b": false, "i": -7, "f": 42.0,
+            "big": 9_007_199_254_740_992_u64, "n": null, "wrong": [1],
+        });
+        assert_eq!(
+            param_header_values(&headers, &arguments),
+            vec![
+                ("Mcp-Param-S".to_owned(), "us-west1".to_owned()),
+                ("Mcp-Param-E".to_owned(), String::new()),
+                ("Mcp-Param-B".to_owned(), "false".to_owned()),
+                ("Mcp-Param-I".to_owned(), "-7".to_owned()),
+                ("Mcp-Param-F".to_owned(), "42".to_owned()),
+            ]
+        );
     }
 
     #[test]

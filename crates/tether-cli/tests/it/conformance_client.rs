@@ -1,6 +1,11 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, client mode)
 //! against `tether conformance-client` (issue 12, "Build" items 2 and 3): `initialize`,
-//! `tools_call`, `sse-retry` and `elicitation-sep1034-client-defaults`.
+//! `tools_call`, `sse-retry` and `elicitation-sep1034-client-defaults` of the suite 0.1.16; and
+//! (issue 24) the 2026-07-28 client scenarios of the suite 0.2.0-alpha.12, run with
+//! `--spec-version 2026-07-28`: `tools_call`, `request-metadata`,
+//! `sep-2322-client-request-state`, `http-standard-headers`, `http-custom-headers`,
+//! `http-invalid-tool-headers`, `json-schema-ref-no-deref`, and
+//! `json-schema-2020-12-preservation` at both versions.
 //!
 //! Each test runs `conformance client --command "<tether> conformance-client" --scenario S
 //! -o <tempdir>`. The suite's mock servers listen on all interfaces, so the run happens in a
@@ -68,6 +73,56 @@ async fn conformance_suite_client_elicitation_applies_schema_defaults() -> anyho
     run_scenario("elicitation-sep1034-client-defaults").await
 }
 
+// The 2026-07-28 client scenarios of the suite 0.2.0-alpha.12 (issue 24), each run with
+// `--spec-version 2026-07-28`, so that the client is told to speak that era.
+
+#[tokio::test]
+async fn conformance_suite_client_2026_tools_call() -> anyhow::Result<()> {
+    run_modern_scenario("tools_call").await
+}
+
+#[tokio::test]
+async fn conformance_suite_client_2026_request_metadata_and_version_retry() -> anyhow::Result<()> {
+    run_modern_scenario("request-metadata").await
+}
+
+#[tokio::test]
+async fn conformance_suite_client_2026_request_state_round_trips() -> anyhow::Result<()> {
+    run_modern_scenario("sep-2322-client-request-state").await
+}
+
+#[tokio::test]
+async fn conformance_suite_client_2026_standard_headers() -> anyhow::Result<()> {
+    run_modern_scenario("http-standard-headers").await
+}
+
+#[tokio::test]
+async fn conformance_suite_client_2026_custom_headers_mirror_arguments() -> anyhow::Result<()> {
+    run_modern_scenario("http-custom-headers").await
+}
+
+#[tokio::test]
+async fn conformance_suite_client_2026_invalid_tool_headers_drop_the_tool() -> anyhow::Result<()> {
+    run_modern_scenario("http-invalid-tool-headers").await
+}
+
+#[tokio::test]
+async fn conformance_suite_client_2026_schema_refs_are_not_fetched() -> anyhow::Result<()> {
+    run_modern_scenario("json-schema-ref-no-deref").await
+}
+
+#[tokio::test]
+async fn conformance_suite_client_2026_schemas_survive_the_client_in_both_eras()
+-> anyhow::Result<()> {
+    run_modern_scenario("json-schema-2020-12-preservation").await?;
+    run_in(
+        peers::conformance_2026()?,
+        &["--spec-version", "2025-11-25"],
+        "json-schema-2020-12-preservation",
+    )
+    .await
+}
+
 /// One check from `checks.json`.
 #[derive(Debug)]
 struct Check {
@@ -78,9 +133,24 @@ struct Check {
     details: Value,
 }
 
-/// Runs one scenario in a network namespace, prints the suite's summary lines, and fails on
-/// anything the expected-failures file does not excuse.
+/// Runs one scenario of the suite 0.1.16 ([`run_in`]).
 async fn run_scenario(scenario: &str) -> anyhow::Result<()> {
+    run_in(peers::conformance()?, &[], scenario).await
+}
+
+/// Runs one scenario of the suite 0.2.0-alpha.12 at 2026-07-28 ([`run_in`]).
+async fn run_modern_scenario(scenario: &str) -> anyhow::Result<()> {
+    run_in(
+        peers::conformance_2026()?,
+        &["--spec-version", "2026-07-28"],
+        scenario,
+    )
+    .await
+}
+
+/// Runs one scenario of `suite` (with `extra` arguments) in a network namespace, prints the
+/// suite's summary lines, and fails on anything the expected-failures file does not excuse.
+async fn run_in(suite: peers::PeerCommand, extra: &[&str], scenario: &str) -> anyhow::Result<()> {
     let expected = if NEVER_EXPECTED.contains(&scenario) {
         Vec::new()
     } else {
@@ -91,7 +161,7 @@ async fn run_scenario(scenario: &str) -> anyhow::Result<()> {
         .prefix("tether-conformance-client-")
         .tempdir()?;
     let client_command = client_command()?;
-    let (program, mut args) = peers::conformance()?.into_parts();
+    let (program, mut args) = suite.into_parts();
     args.extend([
         "client".to_owned(),
         "--command".to_owned(),
@@ -103,6 +173,7 @@ async fn run_scenario(scenario: &str) -> anyhow::Result<()> {
         "-o".to_owned(),
         path_str(results.path())?.to_owned(),
     ]);
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
     let unshare = unshare_flags().await?;
     println!(
         "$ unshare {unshare} -- sh -c 'ip link set lo up && exec \"$@\"' sh {} {}",

@@ -30,7 +30,8 @@ use tether_proto::jsonrpc::{
     Batching, ErrorObject, Message, Request, RequestId, Response as RpcResponse, parse_body,
 };
 use tether_proto::modern::{
-    DISCOVER, RESULT_INPUT_REQUIRED, SAFE_TO_REPEAT, add_envelope, name_header,
+    DISCOVER, RESULT_INPUT_REQUIRED, SAFE_TO_REPEAT, UNSUPPORTED_PROTOCOL_VERSION, add_envelope,
+    name_header, param_header_values, param_headers,
 };
 use tether_proto::version::ProtocolVersion;
 use tether_sse::{Decoder, Item};
@@ -100,10 +101,11 @@ impl Inner {
     async fn discover(self: &Arc<Self>) -> Result<Option<Value>, Error> {
         let started = Instant::now();
         let mut failures = 0;
+        let mut version_retried = false;
         loop {
             let id = self.next_request_id();
             let body = self.modern_body(&id, DISCOVER, None, &Map::new(), None);
-            let response = match self.transport.post_modern(body, DISCOVER, None).await {
+            let response = match self.transport.post_modern(body, DISCOVER, None, &[]).await {
                 Ok(response) => response,
                 Err(error @ (Error::Network(_) | Error::Timeout)) => {
                     self.back_off(&mut failures, started, error).await?;
@@ -111,22 +113,25 @@ impl Inner {
                 }
                 Err(error) => return Err(error),
             };
-            if response.status().as_u16() != 200
-                || response_kind(&response) != Some(ResponseKind::Json)
+            let status = response.status().as_u16();
+            if !matches!(status, 200 | 400) || response_kind(&response) != Some(ResponseKind::Json)
             {
                 return Ok(None);
             }
             let bytes = read_body(response, self.transport.request_timeout()).await?;
-            return Ok(
-                response_to(&bytes, &id).and_then(|response| match response {
-                    RpcResponse::Result(result)
-                        if result.result.get("supportedVersions").is_some() =>
-                    {
-                        Some(result.result)
-                    }
-                    _ => None,
-                }),
-            );
+            match response_to(&bytes, &id) {
+                Some(RpcResponse::Result(result))
+                    if status == 200 && result.result.get("supportedVersions").is_some() =>
+                {
+                    return Ok(Some(result.result));
+                }
+                Some(RpcResponse::Error(error))
+                    if !version_retried && refuses_a_version_it_serves(&error.error) =>
+                {
+                    version_retried = true;
+                }
+                _ => return Ok(None),
+            }
         }
     }
 
@@ -223,36 +228,42 @@ impl Inner {
         params: Option<&Value>,
         tx: &mpsc::Sender<Delivery>,
     ) -> Result<RpcResponse, Error> {
-        let name = name_header(method, params);
+        let headers = Headers {
+            name: name_header(method, params),
+            params: self.param_headers_of(method, params),
+        };
         let mut answers = Map::new();
         let mut state: Option<Value> = None;
+        let mut version_retried = false;
         for _ in 0..MAX_INPUT_ROUNDS {
-            let response = self
-                .modern_attempts(
-                    method,
-                    params,
-                    name.as_deref(),
-                    &answers,
-                    state.as_ref(),
-                    tx,
-                )
+            let mut response = self
+                .modern_attempts(method, params, &headers, &answers, state.as_ref(), tx)
                 .await?;
-            let RpcResponse::Result(result) = &response else {
-                return Ok(response);
+            let result = match &mut response {
+                RpcResponse::Error(error)
+                    if !version_retried && refuses_a_version_it_serves(&error.error) =>
+                {
+                    version_retried = true;
+                    continue;
+                }
+                RpcResponse::Error(_) => return Ok(response),
+                RpcResponse::Result(result) => &mut result.result,
             };
-            if result.result.get("resultType").and_then(Value::as_str)
-                != Some(RESULT_INPUT_REQUIRED)
-            {
+            if result.get("resultType").and_then(Value::as_str) != Some(RESULT_INPUT_REQUIRED) {
+                if method == "tools/list" {
+                    self.keep_valid_tools(result);
+                }
                 return Ok(response);
             }
-            let questions = result.result["inputRequests"]
+            let result = &*result;
+            let questions = result["inputRequests"]
                 .as_object()
                 .cloned()
                 .unwrap_or_default();
+            state = result.get("requestState").cloned();
             for (key, question) in questions {
                 answers.insert(key.clone(), self.answer_question(&key, &question).await?);
             }
-            state = result.result.get("requestState").cloned();
         }
         Err(Error::Protocol(format!(
             "{method}: the server still asked for input after {MAX_INPUT_ROUNDS} rounds"
@@ -265,7 +276,7 @@ impl Inner {
         self: &Arc<Self>,
         method: &str,
         params: Option<&Value>,
-        name: Option<&str>,
+        headers: &Headers,
         answers: &Map<String, Value>,
         state: Option<&Value>,
         tx: &mpsc::Sender<Delivery>,
@@ -275,7 +286,11 @@ impl Inner {
         loop {
             let id = self.next_request_id();
             let body = self.modern_body(&id, method, params, answers, state);
-            let lost = match self.transport.post_modern(body, method, name).await {
+            let posted = self
+                .transport
+                .post_modern(body, method, headers.name.as_deref(), &headers.params)
+                .await;
+            let lost = match posted {
                 Ok(response) => match self.read_answer(response, &id, tx).await? {
                     Outcome::Answered(response) => return Ok(*response),
                     Outcome::Lost(error) => error,
@@ -375,6 +390,50 @@ impl Inner {
         }
     }
 
+    /// The `Mcp-Param-*` headers of a `tools/call` of a tool listed earlier (SEP-2243); none
+    /// for other methods, or for a tool this client has not seen in a `tools/list` (its
+    /// schema, which says what to mirror, is unknown).
+    fn param_headers_of(&self, method: &str, params: Option<&Value>) -> Vec<(String, String)> {
+        if method != "tools/call" {
+            return Vec::new();
+        }
+        let Some(params) = params else {
+            return Vec::new();
+        };
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            return Vec::new();
+        };
+        let tools = crate::lock(&self.tool_headers);
+        tools.get(name).map_or_else(Vec::new, |headers| {
+            param_header_values(headers, params.get("arguments").unwrap_or(&Value::Null))
+        })
+    }
+
+    /// Drops from a `tools/list` result every tool whose `x-mcp-header` annotations are invalid
+    /// (SEP-2243 requires it, so that one bad definition does not make the others unusable),
+    /// with a warning naming the tool and the reason, and remembers the annotations of the rest
+    /// for their calls.
+    fn keep_valid_tools(&self, result: &mut Value) {
+        let Some(Value::Array(tools)) = result.get_mut("tools") else {
+            return;
+        };
+        let mut known = crate::lock(&self.tool_headers);
+        tools.retain(|tool| {
+            let name = tool["name"].as_str().unwrap_or_default();
+            match param_headers(tool.get("inputSchema").unwrap_or(&Value::Null)) {
+                Ok(headers) => {
+                    known.insert(name.to_owned(), headers);
+                    true
+                }
+                Err(reason) => {
+                    tracing::warn!(tool = name, %reason, "dropping a listed tool: invalid x-mcp-header");
+                    known.remove(name);
+                    false
+                }
+            }
+        });
+    }
+
     /// The answer to the server's question `question` (`{method, params}`) under `key`.
     async fn answer_question(&self, key: &str, question: &Value) -> Result<Value, Error> {
         let method = question["method"].as_str().unwrap_or_default();
@@ -402,6 +461,31 @@ impl Inner {
             }),
         }
     }
+}
+
+/// The headers a modern request carries beside the method and version: `Mcp-Name` and the
+/// `Mcp-Param-*` of a tool call.
+struct Headers {
+    name: Option<String>,
+    params: Vec<(String, String)>,
+}
+
+/// Whether `error` refuses the request's protocol version while naming 2026-07-28 among the
+/// versions the server supports (-32022, `data.supported`): a server in the middle of a
+/// rolling upgrade, or one that picks its version per request. The request is sent once more;
+/// a second refusal is final.
+fn refuses_a_version_it_serves(error: &ErrorObject) -> bool {
+    error.code == UNSUPPORTED_PROTOCOL_VERSION
+        && error
+            .data
+            .as_ref()
+            .and_then(|data| data.get("supported"))
+            .and_then(Value::as_array)
+            .is_some_and(|supported| {
+                supported
+                    .iter()
+                    .any(|v| v.as_str() == Some(ProtocolVersion::MODERN.as_str()))
+            })
 }
 
 /// The response to `id` in a JSON body, if there is one.

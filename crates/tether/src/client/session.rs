@@ -2,6 +2,7 @@
 //! `initialize` handshake, POSTs with their retry rules (404 re-initializes, 429/503 wait
 //! for `Retry-After`), and reading single answers.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use tether_proto::jsonrpc::{
     Batching, INITIALIZE, Message, Notification, Request, RequestId, Response as RpcResponse,
     parse_body,
 };
+use tether_proto::modern::ParamHeader;
 use tether_proto::version::ProtocolVersion;
 use tether_sse::{Decoder, Item};
 use tokio::sync::broadcast;
@@ -45,6 +47,9 @@ pub(crate) struct Inner {
     pub(super) standalone_open: AtomicBool,
     /// The client speaks the 2026-07-28 era (stateless requests, no session).
     pub(super) modern: AtomicBool,
+    /// The `x-mcp-header` annotations of each tool the server listed in the 2026-07-28 era,
+    /// by tool name: the `Mcp-Param-*` headers its calls carry.
+    pub(super) tool_headers: Mutex<HashMap<String, Vec<ParamHeader>>>,
     pub(super) shutdown: CancellationToken,
 }
 
@@ -103,6 +108,7 @@ impl Inner {
             rng: Mutex::new(rng),
             standalone_open: AtomicBool::new(false),
             modern: AtomicBool::new(false),
+            tool_headers: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
         }))
     }

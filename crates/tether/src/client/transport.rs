@@ -229,6 +229,7 @@ impl Transport {
         body: Vec<u8>,
         method: &str,
         name: Option<&str>,
+        params: &[(String, String)],
     ) -> Result<Response, Error> {
         let version = ProtocolVersion::MODERN.as_str();
         let (response, _) = self
@@ -243,6 +244,9 @@ impl Transport {
                     .body(body.clone());
                 if let Some(name) = name {
                     request = request.header(tether_proto::modern::MCP_NAME, name);
+                }
+                for (header, value) in params {
+                    request = request.header(header, value);
                 }
                 request
             })
