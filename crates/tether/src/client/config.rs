@@ -54,17 +54,16 @@ impl AuthProvider for StaticToken {
     }
 }
 
-/// Which protocol era a [`Client`](super::Client) speaks (docs/CONTRACTS.md#planned-client-era).
+/// Which protocol era a [`Client`](super::Client) speaks (docs/CONTRACTS.md#client-era).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ProtocolChoice {
-    /// The 2025 era only: `initialize` at [`ClientConfig::protocol_version`], no probe. The
-    /// default for now: `Auto` becomes it once the modern client is complete.
-    #[default]
+    /// The 2025 era only: `initialize` at [`ClientConfig::protocol_version`], no probe.
     Legacy,
-    /// Probe `server/discover` and speak the era in which a call survives a cut: the legacy
-    /// era when the server also serves a 2025 version (or does not answer the probe as a
-    /// 2026-07-28 server), else 2026-07-28.
+    /// The default. Probe `server/discover` and speak the era in which a call survives a
+    /// cut: the legacy era when the server also serves a 2025 version (or does not answer the
+    /// probe as a 2026-07-28 server), else 2026-07-28.
+    #[default]
     Auto,
     /// Exactly this version: a 2025 version is [`Legacy`](Self::Legacy) at that version;
     /// 2026-07-28 requires the server to serve it.
@@ -100,7 +99,7 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Connection setup ([`DEFAULT_CONNECT_TIMEOUT`]).
     pub connect_timeout: Duration,
-    /// The era to speak ([`ProtocolChoice::Legacy`] for now).
+    /// The era to speak ([`ProtocolChoice::Auto`] unless set).
     pub protocol: ProtocolChoice,
     /// The version asked for in `initialize` ([`ProtocolVersion::LATEST_LEGACY`]).
     pub protocol_version: ProtocolVersion,
@@ -143,7 +142,7 @@ impl Default for ClientConfig {
             reconnect: ReconnectConfig::default(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            protocol: ProtocolChoice::Legacy,
+            protocol: ProtocolChoice::Auto,
             protocol_version: ProtocolVersion::LATEST_LEGACY,
             client_name: "tether".to_owned(),
             client_version: env!("CARGO_PKG_VERSION").to_owned(),

@@ -104,6 +104,10 @@ pub enum Error {
     /// The client was closed.
     #[error("client closed")]
     Closed,
+    /// The request was cancelled by the application (a 2026-07-28 request's connection is
+    /// dropped, which the server takes as the cancellation).
+    #[error("the request was cancelled")]
+    Cancelled,
 }
 
 impl Error {
@@ -246,6 +250,7 @@ mod tests {
             status(404),
             Error::Protocol("x".into()),
             Error::Closed,
+            Error::Cancelled,
         ] {
             assert!(!error.is_retryable(), "{error}");
         }

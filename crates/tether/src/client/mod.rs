@@ -57,7 +57,7 @@ mod transport;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tether_proto::headers::ResponseKind;
 use tether_proto::jsonrpc::{
     Batching, Message, Notification, Request, RequestId, Response as RpcResponse, parse_body,
@@ -116,6 +116,7 @@ impl Client {
         let inner = Inner::build(url, config, 0)?;
         match inner.choose_era(choice).await? {
             modern::Chosen::Legacy => inner.initialize().await?,
+            modern::Chosen::Initialized => {}
             modern::Chosen::Modern(discovered) => {
                 inner.modern.store(true, Ordering::SeqCst);
                 *inner
@@ -248,8 +249,17 @@ impl Client {
     /// What sending failed with.
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), Error> {
         if self.is_modern() {
-            // This era defines no client→server notifications over HTTP (a disconnect is the
-            // cancellation): there is nothing to send.
+            // This era defines no client→server notifications over HTTP: a cancellation is
+            // the request's connection dropped, and nothing else has anything to send.
+            if method == "notifications/cancelled" {
+                let request = params
+                    .as_ref()
+                    .and_then(|params| params.get("requestId"))
+                    .and_then(RequestId::from_value);
+                if let Some(request) = request {
+                    self.inner.cancel_modern(&request);
+                }
+            }
             return Ok(());
         }
         self.inner.ensure_initialized().await?;
@@ -275,19 +285,47 @@ impl Client {
     ///
     /// [`Error::Config`] if it is already open.
     pub fn server_messages(&self) -> Result<MessageStream, Error> {
-        if self.is_modern() {
-            return Err(Error::NoStandaloneStream);
-        }
         if self.inner.standalone_open.swap(true, Ordering::SeqCst) {
             return Err(Error::Config(
                 "the standalone stream is already open".to_owned(),
             ));
+        }
+        if self.is_modern() {
+            return self.listen(json!({
+                "toolsListChanged": true,
+                "promptsListChanged": true,
+                "resourcesListChanged": true,
+            }));
         }
         let session = self.inner.transport.session();
         let (tx, rx) = mpsc::channel(self.inner.config.stream_buffer.max(1));
         let driver = Driver::new(Arc::clone(&self.inner), None, session.generation, tx);
         tokio::spawn(driver.run(None));
         Ok(self.stream(rx, None, &session))
+    }
+
+    /// In the 2026-07-28 era, opens a `subscriptions/listen` stream with `filter` (its
+    /// `notifications` object: `toolsListChanged`, `resourceSubscriptions`, …): the stream
+    /// yields the server's `notifications/subscriptions/acknowledged`, then the notifications,
+    /// and is opened again after a cut or a graceful end (with a new acknowledgment; what the
+    /// server sent in between is lost, since this era cannot resume). Dropping the stream
+    /// closes it. Several may be open at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] in the legacy era, whose server messages come from
+    /// [`server_messages`](Self::server_messages).
+    pub fn listen(&self, filter: Value) -> Result<MessageStream, Error> {
+        if !self.is_modern() {
+            return Err(Error::Config(
+                "subscriptions/listen is a 2026-07-28 request; this client speaks the 2025 era \
+                 (use server_messages)"
+                    .to_owned(),
+            ));
+        }
+        let (tx, rx) = mpsc::channel(self.inner.config.stream_buffer.max(1));
+        tokio::spawn(Arc::clone(&self.inner).modern_listen(filter, tx));
+        Ok(self.stream(rx, None, &self.inner.transport.session()))
     }
 
     /// Ends the session: stops every stream task and sends DELETE (2xx, 404 and 405 all mean

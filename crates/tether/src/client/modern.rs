@@ -3,9 +3,10 @@
 //!
 //! [`Inner::choose_era`] follows [`ProtocolChoice`]: `Legacy` initializes; a pinned 2026-07-28
 //! requires `server/discover` to answer; `Auto` probes `server/discover` and keeps the legacy
-//! era when the server also serves a 2025 version (or answers the probe as a legacy server
-//! does: a 4xx or 5xx, a JSON-RPC error, no JSON), since only there does a call survive a
-//! cut without tasks; a server that serves 2026-07-28 alone is spoken to in its era. A probe
+//! era when the server also serves a 2025 version (it lists one, or answers the probe as a
+//! legacy server does: a 4xx or 5xx, a JSON-RPC error, no JSON; or it lists 2026-07-28 alone
+//! but accepts an `initialize` all the same), since only there does a call survive a cut
+//! without tasks; a server that serves 2026-07-28 alone is spoken to in its era. A probe
 //! lost on the network is retried with the reconnect backoff, not taken as an answer.
 //!
 //! A modern request is stateless: [`Inner::modern_exchange`] POSTs it with the `_meta`
@@ -30,8 +31,8 @@ use tether_proto::jsonrpc::{
     Batching, ErrorObject, Message, Request, RequestId, Response as RpcResponse, parse_body,
 };
 use tether_proto::modern::{
-    DISCOVER, RESULT_INPUT_REQUIRED, SAFE_TO_REPEAT, UNSUPPORTED_PROTOCOL_VERSION, add_envelope,
-    name_header, param_header_values, param_headers,
+    DISCOVER, LISTEN, RESULT_INPUT_REQUIRED, SAFE_TO_REPEAT, UNSUPPORTED_PROTOCOL_VERSION,
+    add_envelope, name_header, param_header_values, param_headers,
 };
 use tether_proto::version::ProtocolVersion;
 use tether_sse::{Decoder, Item};
@@ -39,7 +40,7 @@ use tokio::sync::mpsc;
 
 use super::session::{Inner, read_body, response_kind};
 use super::stream::Delivery;
-use super::{Error, ProtocolChoice};
+use super::{ClientEvent, Error, ProtocolChoice};
 
 /// Rounds of `input_required` one request may take before the client gives up: a server that
 /// keeps asking after every answer is broken, and a person answers a handful at most.
@@ -49,6 +50,8 @@ pub const MAX_INPUT_ROUNDS: usize = 16;
 pub(super) enum Chosen {
     /// `initialize` and a session.
     Legacy,
+    /// The legacy era, already initialized (while choosing).
+    Initialized,
     /// Stateless requests; the server's `server/discover` result.
     Modern(Value),
 }
@@ -76,17 +79,30 @@ impl Inner {
             ProtocolChoice::Auto => false,
         };
         match self.discover().await? {
+            Some(result) if pinned => Ok(Chosen::Modern(result)),
             Some(result) => {
-                let serves_legacy = result["supportedVersions"]
+                let lists_legacy = result["supportedVersions"]
                     .as_array()
                     .into_iter()
                     .flatten()
                     .filter_map(Value::as_str)
                     .any(|v| ProtocolVersion::parse_legacy(v).is_ok());
-                if serves_legacy && !pinned {
-                    Ok(Chosen::Legacy)
-                } else {
-                    Ok(Chosen::Modern(result))
+                if lists_legacy {
+                    return Ok(Chosen::Legacy);
+                }
+                // Some servers that serve both eras list only 2026-07-28 (the Python SDK
+                // 2.3.0's): only an `initialize` tells whether a session, where a call survives
+                // a cut, is on offer.
+                match self.initialize().await {
+                    Ok(()) => Ok(Chosen::Initialized),
+                    Err(
+                        Error::UnsupportedVersion { .. }
+                        | Error::LegacyTransport
+                        | Error::Status { .. }
+                        | Error::SessionExpired
+                        | Error::Protocol(_),
+                    ) => Ok(Chosen::Modern(result)),
+                    Err(error) => Err(error),
                 }
             }
             None if pinned => Err(Error::UnsupportedVersion {
@@ -114,6 +130,9 @@ impl Inner {
                 Err(error) => return Err(error),
             };
             let status = response.status().as_u16();
+            if status == 401 {
+                return Err(Error::Unauthorized);
+            }
             if !matches!(status, 200 | 400) || response_kind(&response) != Some(ResponseKind::Json)
             {
                 return Ok(None);
@@ -211,15 +230,96 @@ impl Inner {
         params: Option<Value>,
         tx: mpsc::Sender<Delivery>,
     ) {
-        let outcome = self.modern_rounds(&method, params.as_ref(), &tx).await;
+        let cancel = self.shutdown.child_token();
+        crate::lock(&self.modern_running).insert(id.clone(), cancel.clone());
+        let outcome = tokio::select! {
+            outcome = self.modern_rounds(&method, params.as_ref(), &tx) => Some(outcome),
+            // Dropping the exchange drops its connection, which is this era's cancellation.
+            () = cancel.cancelled() => None,
+            () = tx.closed() => None,
+        };
+        crate::lock(&self.modern_running).remove(&id);
         let delivery = match outcome {
-            Ok(response) => Delivery::Message {
+            Some(Ok(response)) => Delivery::Message {
                 message: Message::Response(with_id(response, id)),
                 event_id: None,
             },
-            Err(error) => Delivery::Failed(error),
+            Some(Err(error)) => Delivery::Failed(error),
+            None => Delivery::Failed(Error::Cancelled),
         };
         let _ = tx.send(delivery).await;
+    }
+
+    /// Cancels the modern request the caller knows as `id`, if it is still running: its
+    /// connection is dropped (the server takes that as the cancellation) and its stream ends
+    /// with [`Error::Cancelled`]. `false` when no such request runs.
+    pub(super) fn cancel_modern(&self, id: &RequestId) -> bool {
+        crate::lock(&self.modern_running)
+            .remove(id)
+            .map(|cancel| cancel.cancel())
+            .is_some()
+    }
+
+    /// Runs `subscriptions/listen` with `filter` (its `notifications` object) for as long as
+    /// `tx` is read: every message of the stream goes to `tx` (the acknowledgment first, then
+    /// the notifications), and a stream that is cut, or that the server ends gracefully, is
+    /// opened again with the reconnect backoff (a [`ClientEvent::Reconnecting`] first; the
+    /// new acknowledgment says it is open again, and what was sent in between is lost: this
+    /// era has no resumption, so an application re-reads the lists it watches). The budget
+    /// restarts whenever a stream opens. A JSON-RPC error (the server refuses the filter)
+    /// ends the stream with [`Error::Protocol`] naming it.
+    pub(super) async fn modern_listen(self: Arc<Self>, filter: Value, tx: mpsc::Sender<Delivery>) {
+        let outcome = tokio::select! {
+            error = self.listen_until_refused(&filter, &tx) => Some(error),
+            () = self.shutdown.cancelled() => None,
+            () = tx.closed() => None,
+        };
+        if let Some(error) = outcome {
+            let _ = tx.send(Delivery::Failed(error)).await;
+        }
+    }
+
+    async fn listen_until_refused(&self, filter: &Value, tx: &mpsc::Sender<Delivery>) -> Error {
+        let params = json!({ "notifications": filter });
+        let mut started = Instant::now();
+        let mut failures = 0;
+        loop {
+            let id = self.next_request_id();
+            let body = self.modern_body(&id, LISTEN, Some(&params), &Map::new(), None);
+            let lost = match self.transport.post_modern(body, LISTEN, None, &[]).await {
+                Ok(response) => {
+                    if response.status().as_u16() == 200 {
+                        failures = 0;
+                        started = Instant::now();
+                        self.emit(ClientEvent::Connected { request_id: None });
+                    }
+                    match self.read_answer(response, &id, tx).await {
+                        Ok(Outcome::Answered(answer)) => match *answer {
+                            RpcResponse::Error(error) => {
+                                return Error::Protocol(format!(
+                                    "{LISTEN} refused: {} {}",
+                                    error.error.code, error.error.message
+                                ));
+                            }
+                            RpcResponse::Result(_) => Error::Closed,
+                        },
+                        Ok(Outcome::Lost(error)) => error,
+                        Err(error) => return error,
+                    }
+                }
+                Err(error @ (Error::Network(_) | Error::Timeout)) => error,
+                Err(error) => return error,
+            };
+            tracing::debug!(%lost, "the listen stream ended; opening it again");
+            self.emit(ClientEvent::Reconnecting {
+                request_id: None,
+                last_event_id: None,
+                failures,
+            });
+            if let Err(error) = self.back_off(&mut failures, started, lost).await {
+                return error;
+            }
+        }
     }
 
     async fn modern_rounds(

@@ -50,6 +50,9 @@ pub(crate) struct Inner {
     /// The `x-mcp-header` annotations of each tool the server listed in the 2026-07-28 era,
     /// by tool name: the `Mcp-Param-*` headers its calls carry.
     pub(super) tool_headers: Mutex<HashMap<String, Vec<ParamHeader>>>,
+    /// The modern requests running, by the id their caller knows, each with the token that
+    /// cancels it.
+    pub(super) modern_running: Mutex<HashMap<RequestId, CancellationToken>>,
     pub(super) shutdown: CancellationToken,
 }
 
@@ -109,6 +112,7 @@ impl Inner {
             standalone_open: AtomicBool::new(false),
             modern: AtomicBool::new(false),
             tool_headers: Mutex::new(HashMap::new()),
+            modern_running: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
         }))
     }

@@ -17,7 +17,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response as HttpResponse;
 use axum::serve::ListenerExt as _;
 use futures_util::StreamExt as _;
-use tether::client::{AuthProvider, Client, ClientConfig, Error};
+use tether::client::{AuthProvider, Client, ClientConfig, Error, ProtocolChoice};
 use tether::demo::DemoHandler;
 use tether::server::{Server, ServerConfig};
 use tether::store::{StoreLimits, Stores};
@@ -203,7 +203,11 @@ async fn a_resume_of_evicted_events_fails_with_events_unavailable_expired() {
     let plan = FaultPlan::pass_through().with_cut(ByteFault::after(1200).at_most(1));
     let proxy = FaultProxy::start(addr, plan).await.unwrap();
     let (progress, result) = tokio::time::timeout(TEST_TIMEOUT, async {
-        let client = Client::connect(&proxy.url_for("/mcp"), ClientConfig::default())
+        // Legacy, with no `server/discover` probe first: the cut's byte offset is counted from
+        // the `initialize` on.
+        let mut config = ClientConfig::default();
+        config.protocol = ProtocolChoice::Legacy;
+        let client = Client::connect(&proxy.url_for("/mcp"), config)
             .await
             .unwrap();
         let stream = client

@@ -1,16 +1,23 @@
 //! tether's client in the 2026-07-28 era against the tether server (first steps of the
 //! modern client): `ProtocolChoice::Version(2026-07-28)` speaks stateless requests after
 //! `server/discover`, a `count` call's progress arrives once each, in order, then the result;
-//! `Auto` against a server that also serves 2025 keeps the legacy era; a call cut before its
-//! answer fails with `Error::MayHaveRun` instead of being sent again.
+//! `Auto` (the default) against a server that also serves 2025 keeps the legacy era; a call cut
+//! before its answer fails with `Error::MayHaveRun` instead of being sent again; a
+//! `notifications/cancelled` drops the request's connection, which the server's handler sees
+//! as cancellation; `server_messages` is a `subscriptions/listen` stream that is opened again
+//! after a cut.
 
 use std::time::Duration;
 
-use tether::client::{Client, Error, ProtocolChoice};
+use serde_json::json;
+use tether::client::{Client, ClientConfig, ClientEvent, Error, ProtocolChoice};
+use tether::proto::jsonrpc::Message;
 use tether::proto::version::ProtocolVersion;
+use tether::server::ServerConfig;
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
 
 use crate::support::client::{count_params, drain, fast_config, start_demo_server};
+use crate::support::server::TestServer;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -39,8 +46,8 @@ async fn a_client_pinned_to_2026_07_28_calls_count_statelessly() {
 #[tokio::test]
 async fn auto_keeps_the_legacy_era_with_a_dual_era_server() {
     let server = start_demo_server().await;
-    let mut config = fast_config(Duration::from_millis(50));
-    config.protocol = ProtocolChoice::Auto;
+    let config = fast_config(Duration::from_millis(50));
+    assert_eq!(config.protocol, ProtocolChoice::Auto, "the default");
     let client = Client::connect(&server.url, config).await.unwrap();
     assert!(!client.is_modern());
     assert!(client.session_id().is_some(), "a 2025 session");
@@ -70,4 +77,108 @@ async fn a_cut_modern_tool_call_fails_as_may_have_run() {
     })
     .await
     .unwrap();
+}
+
+fn modern_config() -> ClientConfig {
+    let mut config = fast_config(Duration::from_millis(50));
+    config.protocol = ProtocolChoice::Version(ProtocolVersion::MODERN);
+    config
+}
+
+#[tokio::test]
+async fn cancelling_a_modern_request_drops_it_and_the_handler_sees_it() {
+    let server = TestServer::start(ServerConfig::default()).await;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = Client::connect(&server.url, modern_config()).await.unwrap();
+        let cancelled = server.observed.cancelled_notify.notified();
+        tokio::pin!(cancelled);
+        cancelled.as_mut().enable();
+        let params = json!({"name": "wait", "arguments": {}, "_meta": {"progressToken": "w"}});
+        let mut stream = client.request("tools/call", Some(params)).await.unwrap();
+        let first = stream.next().await.unwrap().unwrap();
+        assert!(
+            matches!(&first, Message::Notification(n) if n.method == "notifications/progress"),
+            "the handler runs: {first:?}"
+        );
+        let id = stream.request_id().cloned().unwrap();
+        client
+            .notify("notifications/cancelled", Some(json!({"requestId": id})))
+            .await
+            .unwrap();
+        cancelled.await;
+        assert!(matches!(stream.next().await, Some(Err(Error::Cancelled))));
+        assert!(stream.next().await.is_none());
+        // Cancelling what no longer runs is nothing.
+        client
+            .notify("notifications/cancelled", Some(json!({"requestId": id})))
+            .await
+            .unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn server_messages_listen_and_listen_again_after_a_cut() {
+    let server = TestServer::start(ServerConfig::default()).await;
+    let proxy = FaultProxy::start(server.addr, FaultPlan::pass_through())
+        .await
+        .unwrap();
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = Client::connect(&proxy.url_for("/mcp"), modern_config())
+            .await
+            .unwrap();
+        let mut events = client.events();
+        let mut listen = client.server_messages().unwrap();
+        assert!(client.server_messages().is_err(), "one standalone stream");
+        let acknowledged = |message: Message| match message {
+            Message::Notification(n) if n.method == "notifications/subscriptions/acknowledged" => {
+                n.params.unwrap()["notifications"].clone()
+            }
+            other => panic!("expected the acknowledgment, got {other:?}"),
+        };
+        let first = acknowledged(listen.next().await.unwrap().unwrap());
+        assert_eq!(
+            first,
+            json!({"toolsListChanged": true}),
+            "only what the server offers is acknowledged"
+        );
+        proxy.cut_open_connections();
+        // Opened again: a Reconnecting event, then a new acknowledgment on the same stream.
+        loop {
+            if let ClientEvent::Reconnecting {
+                request_id: None, ..
+            } = events.recv().await.unwrap()
+            {
+                break;
+            }
+        }
+        let again = acknowledged(listen.next().await.unwrap().unwrap());
+        assert_eq!(again, first);
+        let announce = json!({"name": "announce", "arguments": {}});
+        let answer = client.request("tools/call", Some(announce)).await.unwrap();
+        answer.response().await.unwrap();
+        let changed = listen.next().await.unwrap().unwrap();
+        assert!(
+            matches!(&changed, Message::Notification(n)
+                if n.method == "notifications/tools/list_changed"),
+            "{changed:?}"
+        );
+        assert!(proxy.counters().cuts >= 1, "{}", proxy.report());
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn listen_is_refused_in_the_legacy_era() {
+    let server = TestServer::start(ServerConfig::default()).await;
+    let client = Client::connect(&server.url, fast_config(Duration::from_millis(50)))
+        .await
+        .unwrap();
+    assert!(!client.is_modern());
+    assert!(matches!(
+        client.listen(json!({"toolsListChanged": true})),
+        Err(Error::Config(_))
+    ));
 }

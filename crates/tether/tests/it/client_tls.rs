@@ -23,7 +23,7 @@ use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use serde_json::{Value, json};
-use tether::client::{Client, ClientConfig, Error};
+use tether::client::{Client, ClientConfig, Error, ProtocolChoice};
 use tether::demo::DemoHandler;
 use tether::server::Server;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -600,10 +600,12 @@ async fn a_server_speaking_only_2026_07_28_is_refused_with_unsupported_version()
     let port = serve_plain(app).await;
     let result = tokio::time::timeout(
         TEST_TIMEOUT,
-        Client::connect(
-            &format!("http://127.0.0.1:{port}/mcp"),
-            ClientConfig::default(),
-        ),
+        Client::connect(&format!("http://127.0.0.1:{port}/mcp"), {
+            // The 2025 client alone: `Auto` would probe `server/discover` first.
+            let mut config = ClientConfig::default();
+            config.protocol = ProtocolChoice::Legacy;
+            config
+        }),
     )
     .await
     .expect("connect fails in time");

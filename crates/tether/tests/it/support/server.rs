@@ -15,7 +15,7 @@ use tether::demo::DemoHandler;
 use tether::proto::ids::{SessionId, StreamId};
 use tether::proto::jsonrpc::{ErrorObject, Request};
 use tether::server::{
-    ContextError, Handler, LogLevel, RequestContext, Server, ServerConfig, ServerInfo,
+    ContextError, Era, Handler, LogLevel, RequestContext, Server, ServerConfig, ServerInfo,
 };
 use tether::store::{
     EventStore as _, MemoryEventStore, MemorySessionStore, SessionUsage, StoreLimits, Stores,
@@ -67,7 +67,8 @@ impl Default for Gate {
 /// - `tools/call` `ask {question}`: a server→client `sampling/createMessage` request on the
 ///   call's stream; returns `client said <text>` from the answer, or `client refused <message>`.
 /// - `tools/call` `wait {}`: emits one progress event, then waits until cancelled.
-/// - `tools/call` `announce {text}`: a notification on the standalone stream.
+/// - `tools/call` `announce {text}`: a notification on the standalone stream; in the
+///   2026-07-28 era `notifications/tools/list_changed` to the listen streams.
 /// - `tools/call` `gated {n}`: like `count` (progress 1..n with the request's token, then
 ///   `counted n`), but each of its n + 1 steps (n events, then the result) waits for a permit
 ///   the test releases with [`TestServer::release`], so the test decides exactly what is
@@ -93,7 +94,7 @@ impl Handler for TestHandler {
         ServerInfo {
             name: "server-tests".to_owned(),
             version: "0.0.0".to_owned(),
-            capabilities: json!({"tools": {}, "logging": {}}),
+            capabilities: json!({"tools": {"listChanged": true}, "logging": {}}),
             instructions: None,
         }
     }
@@ -119,6 +120,13 @@ impl Handler for TestHandler {
             "ask" => Ok(ask(args, &context).await),
             "wait" => self.wait(&context).await,
             "gated" => self.gated(args, &context).await,
+            "announce" if context.era() == Era::Modern => {
+                context
+                    .notify_subscribers("notifications/tools/list_changed", json!({}))
+                    .await
+                    .map_err(internal)?;
+                Ok(text("announced"))
+            }
             "announce" => {
                 context
                     .session()
