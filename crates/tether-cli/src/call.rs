@@ -82,7 +82,7 @@ pub(crate) struct CallArgs {
     #[arg(
         long,
         value_name = "ERA",
-        default_value = "legacy",
+        default_value = "auto",
         conflicts_with = "resume"
     )]
     protocol: ProtocolChoice,

@@ -15,12 +15,15 @@
 //! announced with a `notifications/message` log notification. End of stdin closes the
 //! session (DELETE) and exits 0.
 //!
-//! `--protocol` chooses the era as `tether call` does (default `legacy` for now). Against a server
+//! `--protocol` chooses the era as `tether call` does (default `auto`). Against a server
 //! spoken to in the 2026-07-28 era the local client still speaks the 2025 one: its
 //! `initialize` is answered by the bridge from `server/discover` (at the version it asked
 //! for), its requests become stateless ones, and the server's questions (`input_required`)
 //! become requests to the local client under the bridge's ids (`tether-connect-<n>`), whose
-//! answers the client sends back with the retried request.
+//! answers the client sends back with the retried request. A local `notifications/cancelled`
+//! drops the cancelled request's connection (this era's cancellation) and the request gets no
+//! answer; the server's list-changed notifications arrive through a `subscriptions/listen`
+//! stream in place of the standalone GET, reopened after a cut.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -39,6 +42,7 @@ use tether::proto::jsonrpc::{
     ErrorObject, INTERNAL_ERROR, INVALID_REQUEST, Message, Notification, Request, RequestId,
     Response,
 };
+use tether::proto::modern::SUBSCRIPTIONS_ACKNOWLEDGED;
 use tether::proto::version::ProtocolVersion;
 use tether::stdio;
 use tokio::io::{AsyncBufRead, BufReader};
@@ -78,7 +82,7 @@ pub(crate) struct ConnectArgs {
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     reconnect_budget_secs: u64,
     /// The protocol era: `legacy`, `auto` or a version such as `2026-07-28`.
-    #[arg(long, value_name = "ERA", default_value = "legacy")]
+    #[arg(long, value_name = "ERA", default_value = "auto")]
     protocol: ProtocolChoice,
 }
 
@@ -318,6 +322,8 @@ async fn relay(
     let answer = copy_stream(stream, &out).await;
     lock(&remote_ids).remove(&local);
     let message = match answer {
+        // The local client cancelled it: a cancelled request gets no answer.
+        Err(Error::Cancelled) => return,
         Ok(Some(response)) => Message::Response(with_id(response, local)),
         Ok(None) => failure(
             local,
@@ -360,6 +366,9 @@ async fn relay_standalone(client: Client, out: mpsc::Sender<Message>) {
     while let Some(message) = stream.next().await {
         match message {
             Ok(Message::Request(request)) if request.method == "ping" => {}
+            // The 2026-07-28 listen stream's (re)opening: nothing a 2025 client knows.
+            Ok(Message::Notification(notification))
+                if notification.method == SUBSCRIPTIONS_ACKNOWLEDGED => {}
             Ok(message) => {
                 if out.send(message).await.is_err() {
                     return;
