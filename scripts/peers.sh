@@ -3,7 +3,7 @@
 # into target/peers/, which git ignores, and nothing globally:
 #   target/peers/py    Python venv: interop/python/requirements.txt (mcp 2.3.0, fully pinned)
 #   target/peers/node  npm ci of interop/package.json + package-lock.json: the TypeScript SDK,
-#                      the TypeScript SDK v2 client, the conformance suites (0.1.16 for the 2025
+#                      the TypeScript SDK v2 client and server, the conformance suites (0.1.16 for the 2025
 #                      era, 0.2.0-alpha.12 as conformance-2026), server-everything, mcp-proxy
 #                      and Node 22 itself
 #                      (the `node` package ships the binary: node_modules/node/bin/node)

@@ -18,7 +18,10 @@
 //
 // Exits 0 on success; on any error (a tool result with isError included) prints
 // {"event":"error","message":...} and exits 1. Usage errors go to stderr with exit 2.
-// Usage: node client-2026.mjs URL N [--interval-ms MS] [--elicit]
+// `--auto` negotiates instead of pinning (`versionNegotiation: { mode: 'auto' }`): the SDK
+// probes server/discover and falls back to initialize; the connected line names the version
+// it settled on.
+// Usage: node client-2026.mjs URL N [--interval-ms MS] [--elicit] [--auto]
 import { parseArgs } from 'node:util';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
@@ -31,6 +34,7 @@ const { values: opts, positionals } = parseArgs({
   options: {
     'interval-ms': { type: 'string', default: '0' },
     elicit: { type: 'boolean', default: false },
+    auto: { type: 'boolean', default: false },
   },
 });
 const [url, n] = positionals;
@@ -60,7 +64,7 @@ const transport = new StreamableHTTPClientTransport(new URL(url));
 const client = new Client(
   { name: 'tether-interop-ts-client-2026', version: '1.0.0' },
   {
-    versionNegotiation: { mode: { pin: PINNED_VERSION } },
+    versionNegotiation: { mode: opts.auto ? 'auto' : { pin: PINNED_VERSION } },
     ...(opts.elicit ? { capabilities: { elicitation: { form: {} } } } : {}),
   },
 );

@@ -300,6 +300,30 @@ pub fn ts_server() -> anyhow::Result<ServerSpec> {
     node_program("ts/server.mjs").map(server_spec)
 }
 
+/// `interop/ts/server-2026.mjs` for the launcher: the TypeScript SDK v2 server
+/// (`@modelcontextprotocol/server` 2.3.1) with the `count` tool, in the era `era` names:
+/// `legacy` (2025-11-25 sessions, an event store, `retry` 500 ms), `modern` (2026-07-28 only,
+/// stateless) or `both` (one endpoint; the SDK routes each request by its shape). Add
+/// `--retry-ms MS` with [`ServerSpec::arg`].
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn ts_server_2026(era: &str) -> anyhow::Result<ServerSpec> {
+    node_program("ts/server-2026.mjs").map(|command| server_spec(command.with_args(["--era", era])))
+}
+
+/// `interop/python/client_2026.py URL N`: the Python SDK 2.3.0 client in the 2026-07-28 era
+/// (`server/discover`, no `initialize`), calling `count` to N; the same JSON lines as
+/// [`ts_client_2026`]. Extra flag: `--interval-ms MS`.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn python_client_2026(url: &str, n: u64) -> anyhow::Result<PeerCommand> {
+    Ok(python_program("python/client_2026.py")?.with_args([url.to_owned(), n.to_string()]))
+}
+
 /// `interop/ts/client.mjs URL N`: calls `count` with the TypeScript SDK client and prints
 /// the same JSON lines as [`python_client`]. Extra flags: `--interval-ms MS`,
 /// `--no-progress`, `--tool NAME` with `--arguments JSON`, `--list-tools` and `--terminate`
@@ -323,7 +347,8 @@ pub fn ts_client(url: &str, n: u64) -> anyhow::Result<PeerCommand> {
 /// `{"event":"result","text":…}`. Extra flags: `--interval-ms MS`; `--elicit`, which declares
 /// elicitation and calls `test_input_required_result_elicitation`, answering its
 /// `input_required` result with the name `Alice` (`{"event":"elicited",…}` then a result line
-/// with `"tool"`). Exit 1 after an `{"event":"error",…}` line.
+/// with `"tool"`); `--auto`, which negotiates (`server/discover`, falling back to
+/// `initialize`) instead of pinning. Exit 1 after an `{"event":"error",…}` line.
 ///
 /// # Errors
 ///

@@ -1,7 +1,8 @@
 //! `tether call` as a process against `tether serve` (docs/CONTRACTS.md#tether-call): `--json`
 //! output through a fault proxy that cuts connections, a SIGKILL followed by `--resume` that
 //! repeats at most the event being processed at the kill, the exit codes (tool error 1, usage
-//! 2, transport failure 3, session expired 4) and the progress bar under a pseudo-terminal.
+//! 2, transport failure 3, session expired 4; a cut 2026-07-28 call 3) and the progress bar under a
+//! pseudo-terminal.
 
 use std::path::Path;
 use std::process::{Output, Stdio};
@@ -81,6 +82,8 @@ fn count_args(n: u64, interval_ms: u64) -> String {
     format!(r#"{{"n":{n},"interval_ms":{interval_ms}}}"#)
 }
 
+/// With the default `--protocol auto` against `tether serve` (which serves both eras) the call
+/// runs in the legacy era, where a cut stream resumes: every progress event once.
 #[tokio::test]
 async fn json_output_is_every_progress_once_in_order_then_the_result_across_cuts() {
     let server = start_server().await.unwrap();
@@ -107,6 +110,85 @@ async fn json_output_is_every_progress_once_in_order_then_the_result_across_cuts
     assert!(
         stderr.contains("reconnecting"),
         "reconnects not reported: {}",
+        report()
+    );
+}
+
+/// Pinned to 2026-07-28, a `tools/call` whose connection is cut cannot be resumed, and is not
+/// sent again (the tool may have run): exit 3, and stderr says so.
+#[tokio::test]
+async fn a_cut_modern_tool_call_exits_3_saying_it_may_have_run() {
+    let server = start_server().await.unwrap();
+    // Past the short discover exchange, inside the call's stream.
+    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(1500));
+    let proxy = FaultProxy::start(server.addr(), plan).await.unwrap();
+    let url = proxy.url_for("/mcp");
+    let args = count_args(200, 5);
+    let output = run_call(&[
+        &url,
+        "count",
+        "--args",
+        &args,
+        "--json",
+        "--protocol",
+        "2026-07-28",
+    ])
+    .await
+    .unwrap();
+    let report = || format!("{}\nproxy: {}", describe(&output), proxy.report());
+    assert_eq!(output.status.code(), Some(3), "{}", report());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("may have run on the server and was not sent again"),
+        "{}",
+        report()
+    );
+    let messages = json_lines(&output.stdout).unwrap();
+    let progress: Vec<u64> = messages.iter().filter_map(progress_of).collect();
+    assert!(progress.len() < 200, "the cut came first: {}", report());
+    assert_eq!(
+        progress,
+        (1..=progress.len() as u64).collect::<Vec<_>>(),
+        "what arrived before the cut arrived once, in order: {}",
+        report()
+    );
+    assert!(
+        !messages.iter().any(|m| m.get("result").is_some()),
+        "no result after the cut: {}",
+        report()
+    );
+}
+
+/// With the default `--protocol auto` against a server that serves 2026-07-28 alone (the
+/// TypeScript SDK v2's, stateless), the call runs in that era; a cut there is exit 3 too.
+#[tokio::test]
+async fn auto_against_a_2026_only_server_exits_3_when_the_call_is_cut() {
+    let server = tether_testkit::peers::ts_server_2026("modern")
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(2000));
+    let proxy = FaultProxy::start(server.addr(), plan).await.unwrap();
+    let url = proxy.url_for("/mcp");
+    let args = count_args(200, 5);
+    let output = run_call(&[&url, "count", "--args", &args, "--json"])
+        .await
+        .unwrap();
+    let report = || format!("{}\nproxy: {}", describe(&output), proxy.report());
+    assert_eq!(output.status.code(), Some(3), "{}", report());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("may have run"), "{}", report());
+    let progress: Vec<u64> = json_lines(&output.stdout)
+        .unwrap()
+        .iter()
+        .filter_map(progress_of)
+        .collect();
+    assert!(!progress.is_empty() && progress.len() < 200, "{}", report());
+    assert_eq!(
+        progress,
+        (1..=progress.len() as u64).collect::<Vec<_>>(),
+        "{}",
         report()
     );
 }

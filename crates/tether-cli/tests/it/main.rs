@@ -17,5 +17,6 @@ mod gateway_modern;
 mod gateway_peers;
 mod restart;
 mod sdk_matrix;
+mod sdk_matrix_modern;
 mod serve;
 mod two_nodes;
