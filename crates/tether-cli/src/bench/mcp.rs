@@ -1,5 +1,6 @@
 //! A lean MCP Streamable HTTP client for load generation: `initialize`, `count` calls and
-//! resumes, read with reqwest and [`tether::sse::Decoder`] and checked event by event.
+//! resumes, read with reqwest and [`tether::sse::Decoder`] and checked event by event; and
+//! its 2026-07-28 counterpart ([`Stateless`]), whose requests need no session.
 //!
 //! It is not tether's client (no reconnects, no deduplication): a bench must see exactly
 //! what the server sent, and a lost event must fail the run rather than be papered over. It
@@ -12,6 +13,8 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
+use tether::proto::modern::{DISCOVER, add_envelope};
+use tether::proto::version::ProtocolVersion;
 use tether::sse::{Decoder, Item};
 
 /// The protocol version the bench negotiates: the newest, so servers send priming events.
@@ -189,6 +192,88 @@ impl Session {
                 .send()
                 .await;
         }
+    }
+}
+
+/// A 2026-07-28 client of one server: no session; every request carries the `_meta` envelope
+/// and the standard headers, and stands alone.
+#[derive(Debug)]
+pub(crate) struct Stateless {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Stateless {
+    /// Checks with `server/discover` that `url` serves 2026-07-28.
+    pub(crate) async fn discover(http: &reqwest::Client, url: &str) -> anyhow::Result<Self> {
+        let client = Self {
+            http: http.clone(),
+            url: url.to_owned(),
+        };
+        let response = client
+            .post(DISCOVER, None, json!({}))
+            .send()
+            .await
+            .with_context(|| format!("POST server/discover to {url}"))?;
+        let status = response.status();
+        ensure!(
+            status == reqwest::StatusCode::OK,
+            "{url} does not serve 2026-07-28: server/discover answered {status}"
+        );
+        let answer = first_message(response).await?;
+        let versions = answer.pointer("/result/supportedVersions");
+        ensure!(
+            versions
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|v| v == ProtocolVersion::MODERN.as_str())),
+            "{url} does not serve 2026-07-28: server/discover answered {answer}"
+        );
+        Ok(client)
+    }
+
+    /// A POST of `method` with `params` (gaining the envelope) and `name` as `Mcp-Name`.
+    fn post(&self, method: &str, name: Option<&str>, mut params: Value) -> reqwest::RequestBuilder {
+        let client_info = json!({"name": "tether-bench", "version": env!("CARGO_PKG_VERSION")});
+        add_envelope(
+            &mut params,
+            ProtocolVersion::MODERN,
+            &json!({}),
+            &client_info,
+        );
+        let id = REQUEST_IDS.fetch_add(1, Ordering::Relaxed);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json")
+            .header("MCP-Protocol-Version", ProtocolVersion::MODERN.as_str())
+            .header("Mcp-Method", method)
+            .body(body.to_string());
+        if let Some(name) = name {
+            request = request.header("Mcp-Name", name);
+        }
+        request
+    }
+
+    /// Sends `count {n}` with a progress token; the response is not read yet.
+    pub(crate) async fn start_count(&self, n: u64) -> anyhow::Result<reqwest::Response> {
+        let params = json!({
+            "name": "count",
+            "arguments": {"n": n, "interval_ms": 0},
+            "_meta": {"progressToken": TOKEN},
+        });
+        let response = self
+            .post("tools/call", Some("count"), params)
+            .send()
+            .await
+            .context("POST tools/call count")?;
+        ensure!(
+            response.status() == reqwest::StatusCode::OK,
+            "tools/call count answered {}",
+            response.status()
+        );
+        Ok(response)
     }
 }
 

@@ -14,6 +14,8 @@
 //! - `idle`: S idle sessions, then one open GET stream each: the server's RSS per session
 //!   and per stream.
 //! - `store`: append and replay events/s per event-store backend, in process.
+//! - `roundtrip`: 2026-07-28 `tools/call` round trips per second (stateless `count` calls,
+//!   no session), with 1 and with 50 concurrent clients by default.
 //! - `chaos ARGS…`: runs the `tether-chaos` binary.
 //!
 //! A result counts only when every event arrived: each stream is checked for progress
@@ -51,6 +53,8 @@ enum Scenario {
     Idle(IdleArgs),
     /// Event-store append and replay throughput per backend, in process.
     Store(StoreArgs),
+    /// 2026-07-28 `tools/call` round trips per second, with each number of concurrent clients.
+    Roundtrip(RoundtripArgs),
     /// Run the `tether-chaos` fault-injection binary with these arguments.
     Chaos(ChaosArgs),
 }
@@ -172,6 +176,22 @@ struct StoreArgs {
 }
 
 #[derive(Debug, Args)]
+struct RoundtripArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Concurrent clients, comma-separated: each count is measured in turn.
+    #[arg(long, short = 'c', value_delimiter = ',', default_value = "1,50",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    clients: Vec<u64>,
+    /// Seconds each count of clients calls for (after a warm-up of a fifth of it).
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Progress events per call (`count {n}`); 0 makes each call a bare round trip.
+    #[arg(long, default_value_t = 0)]
+    n: u64,
+}
+
+#[derive(Debug, Args)]
 // `--help` goes to `tether-chaos` too (`tether bench help chaos` shows this command's).
 #[command(disable_help_flag = true)]
 struct ChaosArgs {
@@ -265,6 +285,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Scenario::Resume(a) => ("resume", a.target.output.json),
         Scenario::Idle(a) => ("idle", a.target.output.json),
         Scenario::Store(a) => ("store", a.output.json),
+        Scenario::Roundtrip(a) => ("roundtrip", a.target.output.json),
         Scenario::Chaos(_) => unreachable!("handled above"),
     };
     let outcome = runtime.block_on(async {
@@ -296,6 +317,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 scenarios::idle(server.url(), pid, a.sessions).await
             }
             Scenario::Store(a) => store::run(a.events, a.tasks, a.runs, a.redis.as_deref()).await,
+            Scenario::Roundtrip(a) => {
+                anyhow::ensure!(
+                    a.seconds > 0.0 && a.seconds.is_finite(),
+                    "--seconds must be a positive number"
+                );
+                let server = Server::resolve(&a.target)?;
+                scenarios::roundtrip(server.url(), &a.clients, a.seconds, a.n).await
+            }
             Scenario::Chaos(_) => unreachable!("handled above"),
         }
     });

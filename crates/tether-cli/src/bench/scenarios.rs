@@ -1,5 +1,5 @@
-//! The HTTP scenarios: `throughput`, `fanout`, `resume` and `idle`, each against one server
-//! URL, each checking every stream it reads (see [`super::mcp::read_count`]).
+//! The HTTP scenarios: `throughput`, `fanout`, `resume`, `idle` and `roundtrip`, each against
+//! one server URL, each checking every stream it reads (see [`super::mcp::read_count`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +9,7 @@ use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::mcp::{Session, Stop, Tally, http_client, http_client_builder, read_count};
+use super::mcp::{Session, Stateless, Stop, Tally, http_client, http_client_builder, read_count};
 use super::spawn::{cpu_seconds, rss_bytes};
 use super::{Report, median, per_second};
 
@@ -438,4 +438,80 @@ pub(crate) async fn idle(url: &str, pid: u32, s: u64) -> anyhow::Result<Report> 
     );
     report.add("rss_with_streams_bytes", with_streams, "bytes");
     Ok(report)
+}
+
+/// `roundtrip`: 2026-07-28 `tools/call` round trips, each a stateless `count {n}` read and
+/// checked to its result. For each entry of `clients`, that many clients call back to back
+/// for `seconds` (after a warm-up of a fifth of it): completed calls per second and the
+/// latency percentiles of one call.
+pub(crate) async fn roundtrip(
+    url: &str,
+    clients: &[u64],
+    seconds: f64,
+    n: u64,
+) -> anyhow::Result<Report> {
+    let http = http_client_builder()
+        .pool_max_idle_per_host(usize::MAX)
+        .build()
+        .context("building the HTTP client")?;
+    let client = Arc::new(Stateless::discover(&http, url).await?);
+    let mut report = Report::new("roundtrip", url);
+    report.add("events_per_call", n, "events");
+    for &count in clients {
+        let warm_up = Duration::from_secs_f64(seconds / 5.0);
+        let _ = calls_for(&client, count, warm_up, n).await?;
+        let window = Duration::from_secs_f64(seconds);
+        let (calls, histogram, elapsed) = calls_for(&client, count, window, n).await?;
+        report.add(
+            format!("clients_{count}_calls_per_sec"),
+            per_second(calls, elapsed),
+            "calls/s",
+        );
+        report.add(
+            format!("clients_{count}_latency_p50_ms"),
+            quantile_ms(&histogram, 0.5),
+            "ms",
+        );
+        report.add(
+            format!("clients_{count}_latency_p99_ms"),
+            quantile_ms(&histogram, 0.99),
+            "ms",
+        );
+    }
+    Ok(report)
+}
+
+/// `clients` callers, each calling `count {n}` back to back until `window` has passed: the
+/// calls completed, their latencies, and the time until the last one ended.
+async fn calls_for(
+    client: &Arc<Stateless>,
+    clients: u64,
+    window: Duration,
+    n: u64,
+) -> anyhow::Result<(u64, Histogram<u64>, Duration)> {
+    let start = Instant::now();
+    let mut callers = JoinSet::new();
+    for _ in 0..clients {
+        let client = Arc::clone(client);
+        callers.spawn(async move {
+            let mut histogram = latency_histogram();
+            let mut calls = 0;
+            while start.elapsed() < window {
+                let sent = Instant::now();
+                let response = client.start_count(n).await?;
+                read_count(response, n, Tally::expecting(1, false), Stop::AtResult).await?;
+                histogram.record(micros(sent.elapsed()))?;
+                calls += 1;
+            }
+            anyhow::Ok((calls, histogram))
+        });
+    }
+    let mut total = 0;
+    let mut histogram = latency_histogram();
+    while let Some(caller) = callers.join_next().await {
+        let (calls, caller) = caller.context("a caller panicked")??;
+        total += calls;
+        histogram.add(caller)?;
+    }
+    Ok((total, histogram, start.elapsed()))
 }

@@ -1,6 +1,8 @@
 //! `tether bench`: a run counts only when every event arrived. A small `throughput` against a
 //! spawned `tether serve` reports all its events and a rate; a server that drops an event, and
-//! a URL that is not an MCP server, fail with exit code 1 and say why. No timing assertions.
+//! a URL that is not an MCP server, fail with exit code 1 and say why; `roundtrip` reports
+//! calls per second and latencies for each client count, and refuses a server without
+//! 2026-07-28. No timing assertions.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -80,6 +82,54 @@ fn a_url_that_is_not_an_mcp_server_fails_clearly() {
     assert_eq!(report["ok"], false);
     let error = report["error"].as_str().unwrap();
     assert!(error.contains("is not an MCP server"), "{error}");
+}
+
+#[test]
+fn roundtrip_against_spawned_server_reports_calls_per_second_for_each_client_count() {
+    let (code, report) = bench(&[
+        "roundtrip",
+        "--spawn",
+        "--seconds",
+        "0.5",
+        "-c",
+        "1,4",
+        "--n",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["scenario"], "roundtrip");
+    assert_eq!(report["events_per_call"], 3);
+    for clients in [1, 4] {
+        let rate = report[format!("clients_{clients}_calls_per_sec")].as_f64();
+        assert!(rate.is_some_and(|r| r > 0.0), "{report}");
+        let p50 = report[format!("clients_{clients}_latency_p50_ms")]
+            .as_f64()
+            .unwrap();
+        let p99 = report[format!("clients_{clients}_latency_p99_ms")]
+            .as_f64()
+            .unwrap();
+        assert!(p50 > 0.0 && p50 <= p99, "{report}");
+    }
+}
+
+#[test]
+fn roundtrip_against_a_server_without_2026_07_28_fails_clearly() {
+    // A legacy server refuses server/discover without a session, as this one does.
+    let url = serve_in_background(|mut stream, _| {
+        let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: no session"}}"#;
+        respond(
+            &mut stream,
+            "400 Bad Request",
+            "application/json",
+            &[],
+            body,
+        );
+    });
+    let (code, report) = bench(&["roundtrip", "--url", &url, "--seconds", "0.2", "--json"]);
+    assert_eq!(code, Some(1), "{report}");
+    let error = report["error"].as_str().unwrap();
+    assert!(error.contains("does not serve 2026-07-28"), "{error}");
 }
 
 /// Serves each connection on a thread with `handle(stream, request body)`, one request per
