@@ -3,7 +3,8 @@
 //! the fault proxy: connections are cut many times and the server is killed and restarted
 //! once. The stdio client gets every progress notification of a call exactly once, a
 //! JSON-RPC error for the call in flight at the restart, and carries on normally; and stdout
-//! carries nothing but JSON-RPC.
+//! carries nothing but JSON-RPC. Against a server spoken to in the 2026-07-28 era, a local
+//! cancellation stops the call and it gets no answer.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -324,6 +325,94 @@ async fn a_lost_session_is_reinitialized_and_announced() -> anyhow::Result<()> {
     drop(stdin);
     let status = tokio::time::timeout(Duration::from_secs(20), bridge.wait()).await??;
     ensure!(status.success(), "exit {status}");
+    server.terminate().await?;
+    Ok(())
+}
+
+/// Against a server spoken to in the 2026-07-28 era: the local client's
+/// `notifications/cancelled` drops the call's connection, which ends the call on the server
+/// (its progress stops) and the cancelled call gets no answer; the bridge goes on serving the
+/// next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_modern_call_stops_and_gets_no_answer() -> anyhow::Result<()> {
+    let mut server = ServerSpec::tether_serve()?
+        .args(["--store", "memory"])
+        .start()
+        .await?;
+    let mut bridge = Command::new(tether_bin()?)
+        .args(["connect", server.url(), "--protocol", "2026-07-28"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = bridge.stdin.take().context("stdin")?;
+    let call = |id: &str, n: u64, token: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "count", "arguments": {"n": n, "interval_ms": 50},
+            "_meta": {"progressToken": token}}})
+    };
+    let input = [
+        json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        call("call-1", 200, "t1"),
+    ];
+    for message in &input {
+        stdin.write_all(format!("{message}\n").as_bytes()).await?;
+    }
+    let mut stdout = BufReader::new(bridge.stdout.take().context("stdout")?).lines();
+    let mut messages: Vec<Value> = Vec::new();
+    let progress = |messages: &[Value], token: &str| {
+        messages
+            .iter()
+            .filter(|m| m["params"]["progressToken"] == token)
+            .count()
+    };
+    let read = async {
+        let mut cancelled = false;
+        while let Some(line) = stdout.next_line().await? {
+            let value: Value = serde_json::from_str(&line)?;
+            messages.push(value.clone());
+            if !cancelled && progress(&messages, "t1") == 3 {
+                cancelled = true;
+                let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": "call-1", "reason": "test"}});
+                stdin.write_all(format!("{cancel}\n").as_bytes()).await?;
+                stdin
+                    .write_all(format!("{}\n", call("call-2", 3, "t2")).as_bytes())
+                    .await?;
+            }
+            if value["id"] == "call-2" {
+                return anyhow::Ok(());
+            }
+        }
+        anyhow::bail!("stdout ended early: {messages:?}")
+    };
+    tokio::time::timeout(RUN_TIMEOUT, read).await??;
+    let last = messages.last().context("call-2's answer")?;
+    ensure!(
+        last["result"]["content"][0]["text"] == "counted 3",
+        "{last}"
+    );
+    let at_answer = progress(&messages, "t1");
+    // Half a second more: a call still running would add about ten progress events.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    while let Ok(Ok(Some(line))) = tokio::time::timeout_at(deadline, stdout.next_line()).await {
+        messages.push(serde_json::from_str(&line)?);
+    }
+    ensure!(
+        !messages.iter().any(|m| m["id"] == "call-1"),
+        "the cancelled call got no answer: {messages:?}"
+    );
+    let total = progress(&messages, "t1");
+    ensure!(
+        total == at_answer && total < 10,
+        "call-1 stopped at the cancellation ({at_answer} then {total} progress events)"
+    );
+    drop(stdin);
+    tokio::time::timeout(Duration::from_secs(20), bridge.wait()).await??;
     server.terminate().await?;
     Ok(())
 }
