@@ -133,18 +133,26 @@ impl Inner {
             if status == 401 {
                 return Err(Error::Unauthorized);
             }
-            if !matches!(status, 200 | 400) || response_kind(&response) != Some(ResponseKind::Json)
-            {
-                return Ok(None);
-            }
-            let bytes = read_body(response, self.transport.request_timeout()).await?;
-            match response_to(&bytes, &id) {
-                Some(RpcResponse::Result(result))
+            // The answer may be JSON or, as rmcp sends it, an event stream. No message is
+            // expected before the response: one makes the answer a refusal (nothing reads it).
+            let (ignored, _) = mpsc::channel(1);
+            let answer = match self.read_answer(response, &id, &ignored).await {
+                Ok(Outcome::Answered(answer)) => *answer,
+                Ok(Outcome::Lost(error)) => {
+                    self.back_off(&mut failures, started, error).await?;
+                    continue;
+                }
+                Err(Error::Unauthorized) => return Err(Error::Unauthorized),
+                // Not a 2026-07-28 answer: a legacy server's refusal.
+                Err(_) => return Ok(None),
+            };
+            match answer {
+                RpcResponse::Result(result)
                     if status == 200 && result.result.get("supportedVersions").is_some() =>
                 {
                     return Ok(Some(result.result));
                 }
-                Some(RpcResponse::Error(error))
+                RpcResponse::Error(error)
                     if !version_retried && refuses_a_version_it_serves(&error.error) =>
                 {
                     version_retried = true;
