@@ -53,7 +53,7 @@ use super::session::SessionRuntime;
 use super::state::ServerState;
 use super::subscriptions::{self, Filter};
 use super::tasks;
-use super::writer::Start;
+use super::writer::{Start, event_stream_response};
 use crate::store::{SessionRecord, StreamKind, StreamOwner};
 
 /// A modern POST, after the endpoint's transport checks (host, origin, auth, content type,
@@ -116,6 +116,9 @@ pub(crate) async fn post(
             let status = error_status(&error);
             refused(state, &method, Some(request.id.clone()), status, error)
         })?;
+    if method == tasks::STREAM_METHOD {
+        return Ok(task_stream(state, post.principal, request, &envelope, &info).await);
+    }
     if let Some(outcome) = tasks::method(state, &post.principal, &request, &envelope).await {
         return Ok(answered(state, &request, outcome, &info));
     }
@@ -201,7 +204,8 @@ fn modern_capabilities(info: &ServerInfo) -> Value {
             .entry("extensions")
             .or_insert_with(|| Value::Object(serde_json::Map::new()));
         if let Value::Object(extensions) = extensions {
-            extensions.insert(TASKS_EXTENSION.into(), json!({}));
+            // SEP-2694's task streams, served for every task: `tasks/stream`.
+            extensions.insert(TASKS_EXTENSION.into(), json!({"eventStreams": {}}));
         }
     }
     capabilities
@@ -517,6 +521,55 @@ async fn drive(
     {
         tracing::warn!(%error, "a modern request's response could not be stored");
     }
+}
+
+/// `tasks/stream`: a refusal (unknown task, bad cursor, `events_gone`) as JSON, or the task's
+/// events as `notifications/tasks/event`, read from the event log on whichever node stored
+/// them, then `{}`, in an event stream written as the body is pulled (keep-alive comments
+/// while the task is quiet). Closing it ends the reading, not the task; the server's shutdown
+/// ends it without an answer, and the client asks again with `after`.
+async fn task_stream(
+    state: &Arc<ServerState>,
+    principal: Arc<str>,
+    request: Request,
+    envelope: &Envelope,
+    info: &ServerInfo,
+) -> Response {
+    let events = match tasks::open_stream(state, &principal, &request, envelope).await {
+        Ok(events) => events,
+        Err(error) => return answered(state, &request, Err(error), info),
+    };
+    state
+        .metrics
+        .modern_request(tasks::STREAM_METHOD, ModernOutcome::Result);
+    let reader =
+        tasks::TaskEventReader::new(Arc::clone(state), events, request.id, server_identity(info));
+    let (keepalive, shutdown) = (state.config.keepalive, state.shutdown.clone());
+    let body = futures_util::stream::unfold(reader, move |mut reader| {
+        let shutdown = shutdown.clone();
+        async move {
+            let chunk = tokio::select! {
+                messages = reader.next() => {
+                    let mut chunk = Vec::new();
+                    for message in messages? {
+                        let data = String::from_utf8(message).expect("JSON is UTF-8");
+                        let frame = tether_sse::EventFrame::with_data(&data)
+                            .event("message")
+                            .encode()
+                            .expect("compact JSON is one SSE data line");
+                        chunk.extend_from_slice(&frame);
+                    }
+                    bytes::Bytes::from(chunk)
+                }
+                () = tokio::time::sleep(keepalive) => {
+                    tether_sse::encode_comment("").expect("an empty comment")
+                }
+                () = shutdown.cancelled() => return None,
+            };
+            Some((Ok::<_, std::convert::Infallible>(chunk), reader))
+        }
+    });
+    event_stream_response(axum::body::Body::from_stream(body))
 }
 
 /// `subscriptions/listen`: the acknowledgement, then the notifications the filter admits,

@@ -11,6 +11,14 @@
 //! `tasks/cancel` fires its cancellation, and its answer becomes the record's result or error.
 //! The methods read and write the store only, never this node's memory, so any node answers
 //! them. Another principal's task is answered exactly like an unknown one.
+//!
+//! `tasks/stream` (SEP-2694, adapted to SEP-2663) reads a task's events from the event log:
+//! the task's stream holds what its handler emitted, behind the priming event at stored seq 0,
+//! so task seq = stored seq − 1. [`open_stream`] authorizes the reader as `tasks/get` does and
+//! checks that the retained events cover its cursor (else `events_gone`, before any event);
+//! [`TaskEventReader`] hands out the events past the cursor, then the live ones, as
+//! `notifications/tasks/event` until the task's stream ends, then the answer `{}`. Any node
+//! serves it: the event log is the store's.
 
 use std::sync::Arc;
 
@@ -27,6 +35,7 @@ use super::session::SessionRuntime;
 use super::state::ServerState;
 use crate::store::StoreError;
 use crate::store::tasks::{TaskChange, TaskRecord, TaskStatus};
+use crate::store::{EventStore, ReadBatch, StoreError as EventStoreError, StreamOwner};
 
 /// `ms` since the Unix epoch as RFC 3339 UTC with milliseconds (`2026-12-02T06:27:01.123Z`).
 pub(crate) fn iso8601(ms: u64) -> String {
@@ -354,4 +363,294 @@ async fn watch_cancellation(
         std::future::ready(!record.cancel_requested)
     })
     .await;
+}
+
+/// The method that reads a task's event stream (SEP-2694).
+pub(crate) const STREAM_METHOD: &str = "tasks/stream";
+
+/// The notification that carries one task event.
+pub(crate) const EVENT_NOTIFICATION: &str = "notifications/tasks/event";
+
+/// SEP-2694's error for a cursor that retained events cannot cover.
+pub(crate) const EVENTS_GONE: i64 = -32010;
+
+/// `_meta` key naming the task a message belongs to.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// Events read from the task's stream per store read.
+const STREAM_BATCH: usize = 256;
+
+/// The event type of a carried message: `dev.tether.progress` for `notifications/progress`,
+/// `dev.tether.log` for `notifications/message`, `dev.tether.message` for anything else the
+/// handler emitted. The payload is always the whole JSON-RPC message, as the handler sent it.
+fn event_type(message: &Value) -> &'static str {
+    match message.get("method").and_then(Value::as_str) {
+        Some("notifications/progress") => "dev.tether.progress",
+        Some("notifications/message") => "dev.tether.log",
+        _ => "dev.tether.message",
+    }
+}
+
+/// A `tasks/stream` request that may start: where its task's events are, and the stored
+/// cursor to read after (`None`: from the stream's start).
+pub(crate) struct TaskEvents {
+    id: TaskId,
+    owner: StreamOwner,
+    after: Option<u64>,
+}
+
+/// `events_gone` for task `id`: the earliest task seq still retained (`null` when none is).
+fn events_gone(id: TaskId, earliest: Option<u64>) -> ErrorObject {
+    ErrorObject::new(EVENTS_GONE, "the task's events after the cursor are gone")
+        .with_data(json!({"reason": "events_gone", "taskId": id, "earliestSeq": earliest}))
+}
+
+/// The `after` of a `tasks/stream` request: absent, or a non-negative integer.
+fn stream_cursor(request: &Request) -> Result<Option<u64>, ErrorObject> {
+    match request.params.as_ref().and_then(|p| p.get("after")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(after) => after.as_u64().map(Some).ok_or_else(|| {
+            ErrorObject::invalid_params("after must be a non-negative integer (a task event seq)")
+        }),
+    }
+}
+
+/// Authorizes a `tasks/stream` request (the extension declared, the principal's own task, a
+/// valid `after`) and checks that its cursor is covered: `events_gone` now, never a partial
+/// stream later. Without `after`, the stream starts at the earliest event retained.
+pub(crate) async fn open_stream(
+    state: &ServerState,
+    principal: &str,
+    request: &Request,
+    envelope: &Envelope,
+) -> Result<TaskEvents, ErrorObject> {
+    if !envelope.declares_extension(TASKS_EXTENSION) {
+        return Err(tasks_extension_required());
+    }
+    let id = task_id(request).ok_or_else(unknown_task)?;
+    let after = stream_cursor(request)?;
+    let record = match state.tasks.get(&id, principal).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return Err(unknown_task()),
+        Err(error) => return Err(store_failed(&error)),
+    };
+    let Some(session) = record.events_session else {
+        return Err(events_gone(id, None));
+    };
+    let owner = StreamOwner {
+        principal: Arc::clone(&record.principal),
+        session,
+    };
+    // Task seq `a` is stored seq `a + 1`: reading after stored `a + 1` gives task seq > a.
+    let stored_after = after.map(|a| a.saturating_add(1));
+    let probe = match stored_after {
+        Some(cursor) => {
+            state
+                .events
+                .read_after(&owner, id.stream(), cursor, 1)
+                .await
+        }
+        None => state.events.read_from_start(&owner, id.stream(), 1).await,
+    };
+    match probe {
+        Ok(_) => Ok(TaskEvents {
+            id,
+            owner,
+            after: stored_after,
+        }),
+        Err(EventStoreError::Expired | EventStoreError::UnknownStream) => {
+            let from = stored_after.unwrap_or(0);
+            let earliest = earliest_retained(&*state.events, &owner, id.stream(), from).await;
+            match (after, earliest) {
+                // No cursor: start where the retained events start.
+                (None, Some(cursor)) => Ok(TaskEvents {
+                    id,
+                    owner,
+                    after: Some(cursor),
+                }),
+                (_, earliest) => Err(events_gone(id, earliest)),
+            }
+        }
+        Err(error) => Err(store_failed(&error)),
+    }
+}
+
+/// The smallest stored cursor at or after `from` whose following events are all retained
+/// (so the earliest retained event is stored seq cursor + 1, task seq cursor), found by
+/// reading one event at growing, then halving, cursors; `None` when the stream is gone.
+/// Reads are monotone: once a cursor is covered, every later one is.
+async fn earliest_retained(
+    events: &dyn EventStore,
+    owner: &StreamOwner,
+    stream: StreamId,
+    from: u64,
+) -> Option<u64> {
+    let covered = |cursor: u64| async move {
+        match events.read_after(owner, stream, cursor, 1).await {
+            Ok(_) => Some(true),
+            Err(EventStoreError::Expired) => Some(false),
+            Err(_) => None,
+        }
+    };
+    if covered(from).await? {
+        return Some(from);
+    }
+    let (mut low, mut step) = (from, 1u64);
+    let mut high = loop {
+        let cursor = from.checked_add(step)?;
+        if covered(cursor).await? {
+            break cursor;
+        }
+        low = cursor;
+        step = step.checked_mul(2)?;
+    };
+    // `low` is not covered, `high` is.
+    while high - low > 1 {
+        let middle = low + (high - low) / 2;
+        if covered(middle).await? {
+            high = middle;
+        } else {
+            low = middle;
+        }
+    }
+    Some(high)
+}
+
+/// Reads a task's events for one `tasks/stream` response, batch by batch: each batch is the
+/// `notifications/tasks/event` messages of the next retained events (live ones once the
+/// replay caught up), and the last is the answer (`{}`, or `events_gone` when eviction
+/// overtook the cursor meanwhile). Pulled by the response body, so a slow reader holds the
+/// reading back instead of a copy growing; cancel-safe between awaits (the cursor moves only
+/// after a read completed).
+pub(crate) struct TaskEventReader {
+    state: Arc<ServerState>,
+    events: TaskEvents,
+    request: tether_proto::jsonrpc::RequestId,
+    identity: Value,
+    /// Without a cursor the reader asked for the earliest retained event: until one is
+    /// sent, evicted events are skipped rather than reported.
+    may_skip: bool,
+    answered: bool,
+}
+
+impl TaskEventReader {
+    /// A reader answering `request` from `events`, its final result completed with
+    /// `identity` (the server's `serverInfo`).
+    pub(crate) fn new(
+        state: Arc<ServerState>,
+        events: TaskEvents,
+        request: tether_proto::jsonrpc::RequestId,
+        identity: Value,
+    ) -> Self {
+        let may_skip = events.after.is_none();
+        Self {
+            state,
+            events,
+            request,
+            identity,
+            may_skip,
+            answered: false,
+        }
+    }
+
+    /// The next messages to send, each serialized; `None` after the answer.
+    pub(crate) async fn next(&mut self) -> Option<Vec<Vec<u8>>> {
+        if self.answered {
+            return None;
+        }
+        let (id, stream) = (self.events.id, self.events.id.stream());
+        loop {
+            let owner = &self.events.owner;
+            let read = match self.events.after {
+                Some(c) => {
+                    self.state
+                        .events
+                        .read_after(owner, stream, c, STREAM_BATCH)
+                        .await
+                }
+                None => {
+                    self.state
+                        .events
+                        .read_from_start(owner, stream, STREAM_BATCH)
+                        .await
+                }
+            };
+            let ReadBatch { events, complete } = match read {
+                Ok(batch) => batch,
+                Err(EventStoreError::Expired | EventStoreError::UnknownStream) => {
+                    let from = self.events.after.unwrap_or(0);
+                    let earliest =
+                        earliest_retained(&*self.state.events, owner, stream, from).await;
+                    if self.may_skip
+                        && let Some(earliest) = earliest
+                    {
+                        self.may_skip = false;
+                        self.events.after = Some(earliest);
+                        continue;
+                    }
+                    return Some(vec![self.answer(Err(events_gone(id, earliest)))]);
+                }
+                Err(error) => return Some(vec![self.answer(Err(store_failed(&error)))]),
+            };
+            let drained = events.is_empty();
+            let mut out = Vec::with_capacity(events.len());
+            for event in events {
+                self.events.after = Some(event.id.seq);
+                if let Some(message) = carried(id, &event) {
+                    self.may_skip = false;
+                    out.push(message);
+                }
+            }
+            if !out.is_empty() {
+                return Some(out);
+            }
+            if complete && drained {
+                return Some(vec![self.answer(Ok(json!({})))]);
+            }
+            if !drained {
+                continue;
+            }
+            let after = self.events.after.unwrap_or(0);
+            if let Err(error) = self.state.events.wait_for_more(stream, after).await {
+                tracing::debug!(%error, task = %id, "waiting on a task's events");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// The response that ends the stream, serialized.
+    fn answer(&mut self, outcome: Result<Value, ErrorObject>) -> Vec<u8> {
+        self.answered = true;
+        let response = match outcome {
+            Ok(mut result) => {
+                complete_result(STREAM_METHOD, &mut result, &self.identity);
+                RpcResponse::success(self.request.clone(), result)
+            }
+            Err(error) => RpcResponse::error(Some(self.request.clone()), error),
+        };
+        tether_proto::jsonrpc::Message::Response(response).to_vec()
+    }
+}
+
+/// The `notifications/tasks/event` carrying `event` of task `id`, serialized; `None` for the
+/// priming event and for a response (the restart error an orphan sweep stored: the outcome is
+/// `tasks/get`'s to tell, not the stream's).
+fn carried(id: TaskId, event: &crate::store::StoredEvent) -> Option<Vec<u8>> {
+    if event.is_priming() {
+        return None;
+    }
+    let message = serde_json::from_slice::<Value>(event.message()).ok()?;
+    message.get("method")?;
+    let notification = json!({
+        "jsonrpc": "2.0",
+        "method": EVENT_NOTIFICATION,
+        "params": {
+            "seq": event.id.seq - 1,
+            "taskId": id,
+            "type": event_type(&message),
+            "payload": message,
+            "_meta": {RELATED_TASK: {"taskId": id}},
+        },
+    });
+    Some(serde_json::to_vec(&notification).expect("JSON"))
 }

@@ -56,6 +56,20 @@ const KEEPALIVE_TEXT: &str = "keep-alive";
 /// `X-Accel-Buffering`: tells nginx-style proxies not to buffer the stream.
 const X_ACCEL_BUFFERING: &str = "x-accel-buffering";
 
+/// A `200 text/event-stream` response with `body`: not cached, not buffered by proxies.
+pub(crate) fn event_stream_response(body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(tether_proto::headers::TEXT_EVENT_STREAM),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
+    response
+}
+
 /// Where a writer starts.
 #[derive(Debug)]
 pub(crate) enum Start {
@@ -162,15 +176,8 @@ impl Writer {
                 ))
             }
         });
-        let mut response = Response::new(Body::from_stream(body));
-        *response.status_mut() = StatusCode::OK;
+        let mut response = event_stream_response(Body::from_stream(body));
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(tether_proto::headers::TEXT_EVENT_STREAM),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        headers.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
         if let Some(session) = session_header {
             headers.insert(tether_proto::headers::MCP_SESSION_ID, session);
         }

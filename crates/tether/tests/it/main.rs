@@ -59,6 +59,13 @@ mod server_requests;
 mod server_slow_reader;
 #[cfg(feature = "server")]
 mod server_status;
+#[cfg(all(
+    feature = "server",
+    feature = "sqlite",
+    feature = "redis",
+    feature = "testing"
+))]
+mod task_streams;
 
 mod store_memory;
 #[cfg(all(feature = "redis", feature = "testing"))]

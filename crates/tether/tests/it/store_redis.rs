@@ -26,7 +26,7 @@ use tether_testkit::redis::{RedisOptions, RedisServer};
 /// the tasks draining its output) live on a thread with a runtime that lasts as long as the
 /// process. Statics are never dropped, so a watchdog shell kills the server and removes its
 /// directory once this process is gone.
-fn redis_url() -> &'static str {
+pub(crate) fn redis_url() -> &'static str {
     static URL: OnceLock<String> = OnceLock::new();
     URL.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -74,7 +74,7 @@ fn redis_url() -> &'static str {
 }
 
 /// A key prefix no other check uses.
-fn fresh_prefix() -> String {
+pub(crate) fn fresh_prefix() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!(
         "t{}-{}:",
