@@ -313,6 +313,25 @@ pub fn ts_server_2026(era: &str) -> anyhow::Result<ServerSpec> {
     node_program("ts/server-2026.mjs").map(|command| server_spec(command.with_args(["--era", era])))
 }
 
+/// `interop/rmcp`'s `rmcp-peer` for the launcher: rmcp 3.11.0 (the official Rust SDK) serving
+/// the `count` tool, `--era legacy` (its default session manager: 2025 sessions, and
+/// 2026-07-28 requests served statelessly beside them) or `--era modern` (no sessions at
+/// all). Built by `scripts/peers.sh` into `target/peers/rmcp-target`.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn rmcp_server(era: &str) -> anyhow::Result<ServerSpec> {
+    let program = installed(
+        peers_dir()
+            .join("rmcp-target")
+            .join("release")
+            .join("rmcp-peer"),
+        "rmcp-peer",
+    )?;
+    Ok(ServerSpec::new(program).args(["--era", era]))
+}
+
 /// `interop/python/client_2026.py URL N`: the Python SDK 2.3.0 client in the 2026-07-28 era
 /// (`server/discover`, no `initialize`), calling `count` to N; the same JSON lines as
 /// [`ts_client_2026`]. Extra flag: `--interval-ms MS`.

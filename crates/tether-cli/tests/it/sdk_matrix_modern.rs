@@ -12,6 +12,9 @@
 //!   <the Python SDK's stdio server>`).
 //! - The Python SDK 2.3.0 client in its 2026-07-28 mode (`interop/python/client_2026.py`)
 //!   against `tether serve`.
+//! - tether's client against rmcp 3.11 (`interop/rmcp`): pinned to 2026-07-28 against its
+//!   stateless server, and with `auto` against its session server (which lists the 2025
+//!   versions, so the legacy era, with a session).
 //!
 //! Each direction calls `count` and asserts what its user sees: progress 1..=N once each, in
 //! order, then `counted N`, in the era the test expects.
@@ -19,8 +22,9 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tether::client::{Client, ClientConfig};
+use tether::client::{Client, ClientConfig, ProtocolChoice};
 use tether::proto::jsonrpc::{Message, Response};
+use tether::proto::version::ProtocolVersion;
 use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec};
 use tether_testkit::peers::{self, PeerCommand};
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
@@ -34,6 +38,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 /// What tether's client saw of one `count` call.
 struct Seen {
     modern: bool,
+    session: Option<String>,
     progress: Vec<u64>,
     result: String,
 }
@@ -41,7 +46,13 @@ struct Seen {
 /// Connects to `url` with the default configuration (`auto`) and calls `count` to N with a
 /// progress token, 10 ms apart.
 async fn tether_count(url: &str) -> anyhow::Result<Seen> {
+    tether_count_with(url, ProtocolChoice::Auto).await
+}
+
+/// [`tether_count`] speaking as `protocol` says.
+async fn tether_count_with(url: &str, protocol: ProtocolChoice) -> anyhow::Result<Seen> {
     let mut config = ClientConfig::default();
+    config.protocol = protocol;
     config.reconnect.backoff.base = Duration::from_millis(50);
     config.reconnect.backoff.cap = Duration::from_millis(500);
     let client = Client::connect(url, config).await?;
@@ -57,7 +68,10 @@ async fn tether_count(url: &str) -> anyhow::Result<Seen> {
         match message? {
             Message::Notification(n) if n.method == "notifications/progress" => {
                 let params = n.params.unwrap_or_default();
-                progress.push(params["progress"].as_u64().unwrap_or(u64::MAX));
+                // rmcp writes progress as a float (`1.0`).
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let value = params["progress"].as_f64().map_or(u64::MAX, |p| p as u64);
+                progress.push(value);
             }
             Message::Response(Response::Result(answer)) => {
                 result = answer.result["content"][0]["text"]
@@ -71,9 +85,11 @@ async fn tether_count(url: &str) -> anyhow::Result<Seen> {
         }
     }
     let modern = client.is_modern();
+    let session = client.session_id();
     client.close().await?;
     Ok(Seen {
         modern,
+        session,
         progress,
         result,
     })
@@ -193,4 +209,35 @@ async fn sdk_matrix_python_v2_client_2026_to_tether_serve() {
         .unwrap()
         .with_args(["--interval-ms", "5"]);
     run_peer_client(client, "2026-07-28", "tether serve").await;
+}
+
+#[tokio::test]
+async fn sdk_matrix_tether_client_to_rmcp_in_each_era() {
+    let stateless = peers::rmcp_server("modern")
+        .expect("rmcp-peer (scripts/peers.sh)")
+        .start()
+        .await
+        .expect("start rmcp-peer --era modern");
+    let modern = ProtocolChoice::Version(ProtocolVersion::MODERN);
+    let seen = tokio::time::timeout(RUN_TIMEOUT, tether_count_with(stateless.url(), modern))
+        .await
+        .expect("the call finishes in time")
+        .unwrap();
+    assert!(seen.modern && seen.session.is_none());
+    assert_eq!(seen.progress, (1..=N).collect::<Vec<_>>());
+    assert_eq!(seen.result, format!("counted {N}"));
+
+    let sessions = peers::rmcp_server("legacy")
+        .unwrap()
+        .start()
+        .await
+        .expect("start rmcp-peer --era legacy");
+    let seen = tokio::time::timeout(RUN_TIMEOUT, tether_count(sessions.url()))
+        .await
+        .expect("the call finishes in time")
+        .unwrap();
+    assert!(!seen.modern, "rmcp lists the 2025 versions: the legacy era");
+    assert!(seen.session.is_some(), "with a session");
+    assert_eq!(seen.progress, (1..=N).collect::<Vec<_>>());
+    assert_eq!(seen.result, format!("counted {N}"));
 }
