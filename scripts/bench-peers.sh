@@ -30,7 +30,10 @@
 # fresh server); `tether bench store` (memory, SQLite, Redis in process) with 50 streams and
 # with one; and two nodes on the redis target's database (fanout on one node, then on both at
 # once, with redis-server's own CPU use).
-# Environment: N (50000), RUNS (3), C (50), FANOUT_N (200), BIG_C (1000), IDLE (1000),
+# Then 2026-07-28 round trips (`tether bench roundtrip`, 1 and 50 clients, RT_SECONDS each)
+# against each tether store and rmcp's stateless server (`rmcp_modern`: interop/rmcp,
+# `--era modern`, built by scripts/peers.sh).
+# Environment: N (50000), RUNS (3), C (50), FANOUT_N (200), BIG_C (1000), IDLE (1000), RT_SECONDS (3),
 # SKIP (space-separated targets to leave out), BEFORE (an older `tether` binary: served as
 # the target `before` with the store BEFORE_STORE (sqlite, memory or redis; default sqlite)
 # and the same flags, measured in the same run by the same scenarios as tether, and printed
@@ -46,6 +49,7 @@ N=${N:-50000}
 RUNS=${RUNS:-3}
 C=${C:-50}
 FANOUT_N=${FANOUT_N:-200}
+RT_SECONDS=${RT_SECONDS:-3}
 BIG_C=${BIG_C:-1000}
 IDLE=${IDLE:-1000}
 SKIP=${SKIP:-}
@@ -450,6 +454,18 @@ for name in "${targets[@]}"; do
   fi
 done
 
+# 2026-07-28 round trips: stateless `tools/call` (`count {n: 0}`) from 1 and from 50 clients,
+# against each tether store and rmcp's stateless server (interop/rmcp, `--era modern`).
+if want rmcp; then
+  start rmcp_modern target/peers/rmcp-target/release/rmcp-peer --era modern --bind 127.0.0.1:0
+fi
+for name in sqlite memory redis rmcp_modern; do
+  url_var=URL_$name
+  if [ -n "${!url_var:-}" ]; then
+    bench "$name" roundtrip --url "${!url_var}" -c 1,50 --seconds "$RT_SECONDS"
+  fi
+done
+
 # tether_only NAME BINARY STORE: resume, big fanout and idle (on a fresh server, so its RSS
 # is that of an unused process) against one tether build and store.
 tether_only() {
@@ -552,6 +568,14 @@ for a, b, target in [("sqlite", "memory", "0.5x"), ("sqlite", "rmcp", "3x"), ("r
 for name in names:
     if name != "memory" and rate(name, key="server_cpu_us_per_event") and rate("memory", key="server_cpu_us_per_event"):
         print(f"server CPU per event {name}/memory: {rate(name, key='server_cpu_us_per_event') / rate('memory', key='server_cpu_us_per_event'):.2f}x")
+print()
+for clients in (1, 50):
+    key = f"clients_{clients}_calls_per_sec"
+    cells = [f"{name} {rate(name, 'roundtrip', key):,.0f}" for name in ["sqlite", "memory", "redis", "rmcp_modern"] if rate(name, "roundtrip", key)]
+    print(f"roundtrip calls/s, {clients} client(s): " + ", ".join(cells))
+    for name in ["sqlite", "memory", "redis"]:
+        if rate(name, "roundtrip", key) and rate("rmcp_modern", "roundtrip", key):
+            print(f"roundtrip {name}/rmcp, {clients} client(s): {rate(name, 'roundtrip', key) / rate('rmcp_modern', 'roundtrip', key):.2f}x (target >= 2x)")
 print()
 if before:
     print(f"before = {before}, store {before_store}")
