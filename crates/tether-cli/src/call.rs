@@ -86,6 +86,10 @@ pub(crate) struct CallArgs {
         conflicts_with = "resume"
     )]
     protocol: ProtocolChoice,
+    /// Never declare the tasks extension: the call does not run as a task, even where the
+    /// server would run it as one (in the 2026-07-28 era it then cannot survive a cut).
+    #[arg(long, conflicts_with = "resume")]
+    no_task: bool,
 }
 
 /// What the token file holds: everything `--resume` needs.
@@ -159,6 +163,7 @@ fn plan(args: &CallArgs) -> anyhow::Result<(SavedCall, Value, Option<PathBuf>)> 
             protocol_version: None,
             request_id: None,
             last_event_id: String::new(),
+            task_id: None,
         },
     };
     Ok((saved, arguments, args.token_file.clone()))
@@ -171,6 +176,7 @@ fn config(
 ) -> anyhow::Result<ClientConfig> {
     let mut config = ClientConfig::default();
     config.protocol = args.protocol;
+    config.tasks = !args.no_task;
     config.headers.clone_from(&saved.headers);
     config.reconnect.idle_timeout = Duration::from_secs(saved.idle_timeout_secs.max(1));
     if let Some(secs) = args.reconnect_budget_secs {
@@ -293,13 +299,33 @@ async fn drive(
             show(&item, bar);
         }
         if let ToolCallItem::Response(response) = item {
-            if matches!(response, Response::Error(_)) {
+            if let Response::Error(error) = &response {
+                if json {
+                    // stdout has the answer as JSON; stderr says what it means.
+                    eprintln!("{}", error_line(error));
+                }
                 code = Some(ExitCode::from(EXIT_TOOL_ERROR));
             }
             code.get_or_insert(ExitCode::SUCCESS);
         }
     }
     code.ok_or_else(|| Error::Protocol("the stream ended without a response".to_owned()))
+}
+
+/// The stderr line for an error answer: its code, message and `data.reason`.
+fn error_line(error: &tether::proto::jsonrpc::ErrorResponse) -> String {
+    let reason = error
+        .error
+        .data
+        .as_ref()
+        .and_then(|data| data.get("reason"))
+        .and_then(Value::as_str)
+        .map(|reason| format!(" (reason {reason})"))
+        .unwrap_or_default();
+    format!(
+        "tether: the server answered error {}: {}{reason}",
+        error.error.code, error.error.message
+    )
 }
 
 /// Shows one item without `--json`: progress on the bar or as a plain stderr line, the
@@ -351,12 +377,7 @@ fn show(item: &ToolCallItem, bar: Option<&ProgressBar>) {
             }
             let _ = out.flush();
         }
-        ToolCallItem::Response(Response::Error(error)) => {
-            eprintln!(
-                "tether: the server answered error {}: {}",
-                error.error.code, error.error.message
-            );
-        }
+        ToolCallItem::Response(Response::Error(error)) => eprintln!("{}", error_line(error)),
         _ => {}
     }
 }

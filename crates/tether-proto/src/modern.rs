@@ -349,7 +349,7 @@ fn name_in_body<'a>(method: &str, params: Option<&'a Value>) -> Option<Option<&'
     let field = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" => "uri",
-        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
+        "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/stream" => "taskId",
         _ => return None,
     };
     Some(params.and_then(|p| p.get(field)).and_then(Value::as_str))

@@ -114,8 +114,9 @@ async fn json_output_is_every_progress_once_in_order_then_the_result_across_cuts
     );
 }
 
-/// Pinned to 2026-07-28, a `tools/call` whose connection is cut cannot be resumed, and is not
-/// sent again (the tool may have run): exit 3, and stderr says so.
+/// Pinned to 2026-07-28 and not run as a task (`--no-task`), a `tools/call` whose connection is
+/// cut cannot be resumed, and is not sent again (the tool may have run): exit 3, and stderr
+/// says so.
 #[tokio::test]
 async fn a_cut_modern_tool_call_exits_3_saying_it_may_have_run() {
     let server = start_server().await.unwrap();
@@ -132,6 +133,7 @@ async fn a_cut_modern_tool_call_exits_3_saying_it_may_have_run() {
         "--json",
         "--protocol",
         "2026-07-28",
+        "--no-task",
     ])
     .await
     .unwrap();
@@ -157,6 +159,121 @@ async fn a_cut_modern_tool_call_exits_3_saying_it_may_have_run() {
         "no result after the cut: {}",
         report()
     );
+}
+
+/// Pinned to 2026-07-28 against `tether serve`, which offers tasks and task streams: the call
+/// runs as a task and its events are read with `tasks/stream`, asked again with `after` after
+/// each cut: every progress event once, in order, then the result.
+#[tokio::test]
+async fn a_modern_call_runs_as_a_task_and_survives_cuts_exactly_once() {
+    let server = start_server().await.unwrap();
+    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1500));
+    let proxy = FaultProxy::start(server.addr(), plan).await.unwrap();
+    let url = proxy.url_for("/mcp");
+    let n = 200;
+    let args = count_args(n, 2);
+    let output = run_call(&[
+        &url,
+        "count",
+        "--args",
+        &args,
+        "--json",
+        "--protocol",
+        "2026-07-28",
+    ])
+    .await
+    .unwrap();
+    let report = || format!("{}\nproxy: {}", describe(&output), proxy.report());
+    assert_eq!(output.status.code(), Some(0), "{}", report());
+    let messages = json_lines(&output.stdout).unwrap();
+    let progress =
+        progress_then_result(&messages, n).unwrap_or_else(|e| panic!("{e}\n{}", report()));
+    assert_eq!(progress, (1..=n).collect::<Vec<_>>(), "{}", report());
+    assert!(
+        proxy.counters().cuts >= 1,
+        "no cut was injected: {}",
+        report()
+    );
+}
+
+/// A task call SIGKILLed and `--resume`d from its token file (which names the task): the rest
+/// of the task's events, repeating at most the one in hand, then the result; `tools/call` is
+/// not sent again (one count ran).
+#[tokio::test]
+async fn a_task_call_killed_and_resumed_delivers_the_rest() {
+    let server = start_server().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("call.token");
+    let n = 60;
+    let first =
+        kill_after_token_advanced_with(server.url(), n, &token_file, &["--protocol", "2026-07-28"])
+            .await;
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(&token_file).unwrap()).unwrap();
+    assert!(
+        saved["token"]["task_id"].is_string(),
+        "the token names the task: {saved}"
+    );
+    let output = run_call(&["--resume", token_file.to_str().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let second = progress_then_result(&json_lines(&output.stdout).unwrap(), n)
+        .unwrap_or_else(|e| panic!("{e}\n{}", describe(&output)));
+    let k = *first.last().unwrap();
+    assert_eq!(first, (1..=k).collect::<Vec<_>>(), "before the kill");
+    let start = *second.first().expect("nothing left after the kill");
+    assert!(
+        start == k || start == k + 1,
+        "resumed at {start} after {k} was printed; first {first:?}, second {second:?}"
+    );
+    assert_eq!(second, (start..=n).collect::<Vec<_>>(), "after the resume");
+}
+
+/// On SQLite a task survives the server's SIGKILL as a record: after the restart it is
+/// `failed` with `server_restarted`, and `--resume` delivers the events stored before the kill
+/// that the first process had not committed, then the failure: exit 1, the reason on stderr.
+#[tokio::test]
+async fn a_task_call_killed_with_the_server_resumes_into_server_restarted() {
+    let mut server = start_server().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("call.token");
+    let first = kill_after_token_advanced_with(
+        server.url(),
+        1000,
+        &token_file,
+        &["--protocol", "2026-07-28"],
+    )
+    .await;
+    server.restart().await.unwrap();
+    let output = run_call(&["--resume", token_file.to_str().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let lines = json_lines(&output.stdout).unwrap();
+    let last = lines.last().unwrap();
+    assert_eq!(
+        last["error"]["data"]["reason"],
+        "server_restarted",
+        "{}",
+        describe(&output)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("reason server_restarted"),
+        "{}",
+        describe(&output)
+    );
+    // Every event once across both processes, at most the one in hand twice.
+    let second: Vec<u64> = lines.iter().filter_map(progress_of).collect();
+    let k = *first.last().unwrap();
+    if let Some(&start) = second.first() {
+        assert!(start == k || start == k + 1, "{first:?} then {second:?}");
+        assert_eq!(
+            second,
+            (start..start + second.len() as u64).collect::<Vec<_>>()
+        );
+    }
 }
 
 /// With the default `--protocol auto` against a server that serves 2026-07-28 alone (the
@@ -196,9 +313,19 @@ async fn auto_against_a_2026_only_server_exits_3_when_the_call_is_cut() {
 /// Spawns a slow `count` writing `token_file`, reads its stdout until the token file has
 /// advanced past a few events, then SIGKILLs it. Returns the progress values it printed.
 async fn kill_after_token_advanced(url: &str, n: u64, token_file: &Path) -> Vec<u64> {
+    kill_after_token_advanced_with(url, n, token_file, &[]).await
+}
+
+/// [`kill_after_token_advanced`] with `extra` arguments for `tether call`.
+async fn kill_after_token_advanced_with(
+    url: &str,
+    n: u64,
+    token_file: &Path,
+    extra: &[&str],
+) -> Vec<u64> {
     let args = count_args(n, 50);
     let token = token_file.to_str().unwrap();
-    let mut child: Child = tether(&[
+    let mut argv = vec![
         url,
         "count",
         "--args",
@@ -206,10 +333,9 @@ async fn kill_after_token_advanced(url: &str, n: u64, token_file: &Path) -> Vec<
         "--json",
         "--token-file",
         token,
-    ])
-    .unwrap()
-    .spawn()
-    .unwrap();
+    ];
+    argv.extend_from_slice(extra);
+    let mut child: Child = tether(&argv).unwrap().spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut printed = Vec::new();
     let advanced = async {

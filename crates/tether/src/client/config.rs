@@ -107,6 +107,10 @@ pub struct ClientConfig {
     pub client_name: String,
     /// `clientInfo.version` (default this crate's version).
     pub client_version: String,
+    /// Declare the tasks extension (SEP-2663) in 2026-07-28 requests when the server offers
+    /// it, so that a tool that may run as a task does, and its call survives cuts and
+    /// restarts (docs/CONTRACTS.md#client-era). On by default.
+    pub tasks: bool,
     /// The client capabilities sent in `initialize`, and again on re-initialization.
     pub capabilities: Value,
     /// Extra headers on every request.
@@ -146,6 +150,7 @@ impl Default for ClientConfig {
             protocol_version: ProtocolVersion::LATEST_LEGACY,
             client_name: "tether".to_owned(),
             client_version: env!("CARGO_PKG_VERSION").to_owned(),
+            tasks: true,
             capabilities: json!({}),
             headers: Vec::new(),
             auth: None,
@@ -166,6 +171,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("protocol", &self.protocol)
             .field("protocol_version", &self.protocol_version)
+            .field("tasks", &self.tasks)
             .field("client_name", &self.client_name)
             .field("auth", &self.auth.is_some())
             .field("dedup_window", &self.dedup_window)

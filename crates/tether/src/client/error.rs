@@ -104,6 +104,13 @@ pub enum Error {
     /// The client was closed.
     #[error("client closed")]
     Closed,
+    /// The task a call runs as is unknown to the server: it expired (its TTL ran out) or
+    /// never was this principal's.
+    #[error("the server no longer knows task {task_id}")]
+    UnknownTask {
+        /// The task's id.
+        task_id: String,
+    },
     /// The request was cancelled by the application (a 2026-07-28 request's connection is
     /// dropped, which the server takes as the cancellation).
     #[error("the request was cancelled")]

@@ -51,6 +51,7 @@ mod modern;
 mod resume;
 mod session;
 mod stream;
+mod tasks;
 mod tls;
 mod transport;
 

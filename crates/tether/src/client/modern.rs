@@ -31,8 +31,8 @@ use tether_proto::jsonrpc::{
     Batching, ErrorObject, Message, Request, RequestId, Response as RpcResponse, parse_body,
 };
 use tether_proto::modern::{
-    DISCOVER, LISTEN, RESULT_INPUT_REQUIRED, SAFE_TO_REPEAT, UNSUPPORTED_PROTOCOL_VERSION,
-    add_envelope, name_header, param_header_values, param_headers,
+    DISCOVER, LISTEN, RESULT_INPUT_REQUIRED, SAFE_TO_REPEAT, TASKS_EXTENSION,
+    UNSUPPORTED_PROTOCOL_VERSION, add_envelope, name_header, param_header_values, param_headers,
 };
 use tether_proto::version::ProtocolVersion;
 use tether_sse::{Decoder, Item};
@@ -57,7 +57,7 @@ pub(super) enum Chosen {
 }
 
 /// What one POST of a modern request came to.
-enum Outcome {
+pub(super) enum Outcome {
     /// The response to the request.
     Answered(Box<RpcResponse>),
     /// The connection was lost before the response.
@@ -164,7 +164,7 @@ impl Inner {
 
     /// Waits the reconnect backoff after one more failure, or gives up with `error` (or the
     /// exhausted budget) when the budget is spent.
-    async fn back_off(
+    pub(super) async fn back_off(
         &self,
         failures: &mut u32,
         started: Instant,
@@ -192,13 +192,13 @@ impl Inner {
         Ok(())
     }
 
-    fn next_request_id(&self) -> RequestId {
+    pub(super) fn next_request_id(&self) -> RequestId {
         RequestId::from(self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
     /// A modern request's body: `params` with the envelope, the answers given so far and the
     /// server's `requestState`.
-    fn modern_body(
+    pub(super) fn modern_body(
         &self,
         id: &RequestId,
         method: &str,
@@ -219,10 +219,22 @@ impl Inner {
             "name": self.config.client_name,
             "version": self.config.client_version,
         });
+        let mut capabilities = self.config.capabilities.clone();
+        if self.config.tasks
+            && self.offers_tasks().0
+            && let Value::Object(declared) = &mut capabilities
+        {
+            let extensions = declared
+                .entry("extensions")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(extensions) = extensions {
+                extensions.insert(TASKS_EXTENSION.into(), json!({}));
+            }
+        }
         add_envelope(
             &mut params,
             ProtocolVersion::MODERN,
-            &self.config.capabilities,
+            &capabilities,
             &client_info,
         );
         Message::from(Request::new(id.clone(), method, Some(params))).to_vec()
@@ -241,7 +253,7 @@ impl Inner {
         let cancel = self.shutdown.child_token();
         crate::lock(&self.modern_running).insert(id.clone(), cancel.clone());
         let outcome = tokio::select! {
-            outcome = self.modern_rounds(&method, params.as_ref(), &tx) => Some(outcome),
+            outcome = self.rounds_or_task(&method, params.as_ref(), &tx) => Some(outcome),
             // Dropping the exchange drops its connection, which is this era's cancellation.
             () = cancel.cancelled() => None,
             () = tx.closed() => None,
@@ -254,6 +266,54 @@ impl Inner {
             },
             Some(Err(error)) => Delivery::Failed(error),
             None => Delivery::Failed(Error::Cancelled),
+        };
+        let _ = tx.send(delivery).await;
+    }
+
+    /// [`modern_rounds`](Self::modern_rounds), then, when the server answered with a task,
+    /// the task followed to its outcome ([`follow_task`](Self::follow_task)).
+    async fn rounds_or_task(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&Value>,
+        tx: &mpsc::Sender<Delivery>,
+    ) -> Result<RpcResponse, Error> {
+        let response = self.modern_rounds(method, params, tx).await?;
+        let RpcResponse::Result(result) = &response else {
+            return Ok(response);
+        };
+        let created = &result.result;
+        match (created["resultType"].as_str(), created["taskId"].as_str()) {
+            (Some("task"), Some(task)) => {
+                let poll = created["pollIntervalMs"]
+                    .as_u64()
+                    .map(std::time::Duration::from_millis);
+                self.follow_task(task, poll, None, tx).await
+            }
+            _ => Ok(response),
+        }
+    }
+
+    /// Follows task `task` after `after` as the exchange of the request the caller knows as
+    /// `id` (a resumed task call): its events, then its outcome under `id`.
+    pub(super) async fn task_exchange(
+        self: Arc<Self>,
+        id: RequestId,
+        task: String,
+        after: Option<u64>,
+        tx: mpsc::Sender<Delivery>,
+    ) {
+        let outcome = tokio::select! {
+            outcome = self.follow_task(&task, None, after, &tx) => outcome,
+            () = self.shutdown.cancelled() => Err(Error::Closed),
+            () = tx.closed() => return,
+        };
+        let delivery = match outcome {
+            Ok(response) => Delivery::Message {
+                message: Message::Response(with_id(response, id)),
+                event_id: None,
+            },
+            Err(error) => Delivery::Failed(error),
         };
         let _ = tx.send(delivery).await;
     }
@@ -330,7 +390,7 @@ impl Inner {
         }
     }
 
-    async fn modern_rounds(
+    pub(super) async fn modern_rounds(
         self: &Arc<Self>,
         method: &str,
         params: Option<&Value>,
@@ -418,7 +478,7 @@ impl Inner {
 
     /// The answer to one POST: JSON, SSE (messages before the response go to `tx`), or an
     /// error status whose body is the JSON-RPC error.
-    async fn read_answer(
+    pub(super) async fn read_answer(
         &self,
         mut response: reqwest::Response,
         id: &RequestId,
@@ -543,7 +603,11 @@ impl Inner {
     }
 
     /// The answer to the server's question `question` (`{method, params}`) under `key`.
-    async fn answer_question(&self, key: &str, question: &Value) -> Result<Value, Error> {
+    pub(super) async fn answer_question(
+        &self,
+        key: &str,
+        question: &Value,
+    ) -> Result<Value, Error> {
         let method = question["method"].as_str().unwrap_or_default();
         if method == "ping" {
             return Ok(json!({}));

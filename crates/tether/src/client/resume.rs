@@ -2,13 +2,18 @@
 //! [`Client::resume`] rebuilds a client on the token's session (no `initialize`: the server
 //! still has the session) and reattaches to the request's stream with GET + `Last-Event-ID`,
 //! delivering the rest of the call: the events after the token's cursor, then the response.
+//! A token that names a task (2026-07-28) is followed as a task instead (the `tasks` module).
 
 use std::sync::Arc;
 
+use tether_proto::jsonrpc::RequestId;
+use tether_proto::version::ProtocolVersion;
 use tokio::sync::mpsc;
 
 use super::stream::Driver;
-use super::{Client, ClientConfig, Error, Inner, MessageStream, ResumptionToken, ToolCall};
+use super::{
+    Client, ClientConfig, Error, Inner, MessageStream, ProtocolChoice, ResumptionToken, ToolCall,
+};
 
 /// Request ids of a resumed client start here, far from the ids the first process used, so
 /// that a new request cannot be confused with the resumed one.
@@ -46,6 +51,9 @@ impl Client {
         let request_id = token.request_id.clone().ok_or_else(|| {
             Error::Config("the token is for the standalone stream, not a request".to_owned())
         })?;
+        if let Some(task) = &token.task_id {
+            return Self::resume_task(url, token, task, request_id, config).await;
+        }
         let inner = Inner::build(url, config, RESUMED_ID_BASE)?;
         inner.transport.update_session(|s| {
             s.id.clone_from(&token.session_id);
@@ -66,6 +74,38 @@ impl Client {
         let stream = client
             .stream(rx, Some(request_id), &session)
             .with_committed(&token.last_event_id);
+        Ok((client, stream))
+    }
+
+    /// A token naming a task: a 2026-07-28 client (after `server/discover`) that follows the
+    /// task after the token's seq; `tools/call` is never sent again.
+    async fn resume_task(
+        url: &str,
+        token: &ResumptionToken,
+        task: &str,
+        request_id: RequestId,
+        mut config: ClientConfig,
+    ) -> Result<(Self, MessageStream), Error> {
+        config.protocol = ProtocolChoice::Version(ProtocolVersion::MODERN);
+        config.tasks = true;
+        let after = match token.last_event_id.as_str() {
+            "" => None,
+            seq => Some(seq.parse::<u64>().map_err(|_| {
+                Error::Config(format!("the token's task seq {seq:?} is not a number"))
+            })?),
+        };
+        let client = Self::connect(url, config).await?;
+        let (tx, rx) = mpsc::channel(client.inner.config.stream_buffer.max(1));
+        tokio::spawn(Arc::clone(&client.inner).task_exchange(
+            request_id.clone(),
+            task.to_owned(),
+            after,
+            tx,
+        ));
+        let stream = client
+            .stream(rx, Some(request_id), &client.inner.transport.session())
+            .with_committed(&token.last_event_id)
+            .with_task(task);
         Ok((client, stream))
     }
 

@@ -56,6 +56,8 @@ pub(crate) enum Delivery {
     },
     /// An event id that carried no message (a priming event, an id-only block).
     Cursor(String),
+    /// The call runs as this task from now on (its `CreateTaskResult` arrived).
+    Task(String),
     /// The stream failed; nothing follows.
     Failed(Error),
 }
@@ -72,8 +74,13 @@ pub struct ResumptionToken {
     pub protocol_version: Option<ProtocolVersion>,
     /// The request whose response stream this is; `None` for the standalone stream.
     pub request_id: Option<RequestId>,
-    /// The last committed event id (opaque; empty if the server cleared it).
+    /// The last committed event id (opaque; empty if the server cleared it). For a call that
+    /// runs as a task, the last committed task event seq, in decimal (empty before the first).
     pub last_event_id: String,
+    /// The task the call runs as (2026-07-28 era): [`Client::resume`](super::Client::resume)
+    /// then follows the task after `last_event_id` instead of resuming a stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
 }
 
 /// The messages of one server stream, in order, each once: for a request, the related server
@@ -96,6 +103,7 @@ pub struct MessageStream {
     on_token: Option<TokenCallback>,
     uncommitted: Option<String>,
     committed: Option<String>,
+    pub(super) task_id: Option<String>,
 }
 
 impl std::fmt::Debug for MessageStream {
@@ -126,6 +134,7 @@ impl MessageStream {
             on_token,
             uncommitted: None,
             committed: None,
+            task_id: None,
         }
     }
 
@@ -140,6 +149,14 @@ impl MessageStream {
         loop {
             match self.rx.recv().await? {
                 Delivery::Cursor(id) => self.commit(id),
+                Delivery::Task(task) => {
+                    // The token names the task as soon as it exists, before any event.
+                    self.task_id = Some(task);
+                    if let (Some(callback), Some(token)) = (&self.on_token, self.resumption_token())
+                    {
+                        callback(&token);
+                    }
+                }
                 Delivery::Message { message, event_id } => {
                     if let Message::Request(request) = &message
                         && answer_server_request(&self.client, request).await
@@ -194,6 +211,12 @@ impl MessageStream {
         self
     }
 
+    /// Starts the stream as task `task`'s (a resumed task call).
+    pub(crate) fn with_task(mut self, task: &str) -> Self {
+        self.task_id = Some(task.to_owned());
+        self
+    }
+
     /// The request this stream answers; `None` for the standalone stream.
     #[must_use]
     pub fn request_id(&self) -> Option<&RequestId> {
@@ -203,11 +226,15 @@ impl MessageStream {
     /// The token for the last committed event id, if any event id was committed.
     #[must_use]
     pub fn resumption_token(&self) -> Option<ResumptionToken> {
-        self.committed.as_ref().map(|id| ResumptionToken {
+        if self.committed.is_none() && self.task_id.is_none() {
+            return None;
+        }
+        Some(ResumptionToken {
             session_id: self.session_id.clone(),
             protocol_version: self.protocol_version,
             request_id: self.request_id.clone(),
-            last_event_id: id.clone(),
+            last_event_id: self.committed.clone().unwrap_or_default(),
+            task_id: self.task_id.clone(),
         })
     }
 

@@ -190,6 +190,7 @@ async fn a_standalone_token_is_refused() {
         protocol_version: None,
         request_id: None,
         last_event_id: "e".to_owned(),
+        task_id: None,
     };
     let error = Client::resume("http://127.0.0.1:1/mcp", &token, ClientConfig::default())
         .await

@@ -2,7 +2,8 @@
 //! modern client): `ProtocolChoice::Version(2026-07-28)` speaks stateless requests after
 //! `server/discover`, a `count` call's progress arrives once each, in order, then the result;
 //! `Auto` (the default) against a server that also serves 2025 keeps the legacy era; a call cut
-//! before its answer fails with `Error::MayHaveRun` instead of being sent again; a
+//! before its answer (not run as a task) fails with `Error::MayHaveRun` instead of being sent
+//! again; run as a task, it survives cuts and resumes from its token in a new client; a
 //! `notifications/cancelled` drops the request's connection, which the server's handler sees
 //! as cancellation; `server_messages` is a `subscriptions/listen` stream that is opened again
 //! after a cut.
@@ -61,6 +62,8 @@ async fn a_cut_modern_tool_call_fails_as_may_have_run() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let mut config = fast_config(Duration::from_millis(50));
         config.protocol = ProtocolChoice::Version(ProtocolVersion::MODERN);
+        // Not as a task: a plain call, which nothing can resume.
+        config.tasks = false;
         let client = Client::connect(&proxy.url_for("/mcp"), config)
             .await
             .unwrap();
@@ -181,4 +184,57 @@ async fn listen_is_refused_in_the_legacy_era() {
         client.listen(json!({"toolsListChanged": true})),
         Err(Error::Config(_))
     ));
+}
+
+/// Against a server that offers tasks and task streams, a 2026-07-28 `count` runs as a task:
+/// its stream names the task at once, its events arrive through `tasks/stream` once each
+/// across cuts, then the result; and a new client resumed from a token taken halfway gets the
+/// rest, without sending `tools/call` again.
+#[tokio::test]
+async fn a_modern_call_runs_as_a_task_through_cuts_and_resumes_from_its_token() {
+    use std::sync::{Arc, Mutex};
+    use tether::client::ResumptionToken;
+    let server = start_demo_server().await;
+    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(2500).with_jitter(1000));
+    let proxy = FaultProxy::start(server.addr, plan).await.unwrap();
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let tokens: Arc<Mutex<Vec<ResumptionToken>>> = Arc::default();
+        let mut config = modern_config();
+        let seen = Arc::clone(&tokens);
+        config.on_resumption_token = Some(Arc::new(move |token: &ResumptionToken| {
+            seen.lock().unwrap().push(token.clone());
+        }));
+        let client = Client::connect(&proxy.url_for("/mcp"), config)
+            .await
+            .unwrap();
+        let stream = client
+            .request("tools/call", count_params(150, 2))
+            .await
+            .unwrap();
+        let (progress, result) = drain(stream).await;
+        assert_eq!(
+            progress,
+            (1..=150).collect::<Vec<_>>(),
+            "{}",
+            proxy.report()
+        );
+        assert_eq!(result.unwrap(), "counted 150");
+        assert!(proxy.counters().cuts >= 1, "{}", proxy.report());
+        let tokens = tokens.lock().unwrap().clone();
+        let first = tokens.first().unwrap();
+        assert!(
+            first.task_id.is_some() && first.last_event_id.is_empty(),
+            "{first:?}"
+        );
+        // Halfway: seq 74 is progress 75.
+        let halfway = tokens.iter().find(|t| t.last_event_id == "74").unwrap();
+        let (_resumed, stream) = Client::resume(&server.url, halfway, modern_config())
+            .await
+            .unwrap();
+        let (rest, result) = drain(stream).await;
+        assert_eq!(rest, (76..=150).collect::<Vec<_>>());
+        assert_eq!(result.unwrap(), "counted 150");
+    })
+    .await
+    .unwrap();
 }
