@@ -102,6 +102,13 @@ struct SavedCall {
     bearer_token_file: Option<PathBuf>,
     idle_timeout_secs: u64,
     token: ResumptionToken,
+    /// The task the call runs as, if it does (docs/CONTRACTS.md#call-tasks); the same as
+    /// `token.task_id`, at the top for whoever reads the file.
+    #[serde(rename = "taskId", default, skip_serializing_if = "Option::is_none")]
+    task_id: Option<String>,
+    /// The last committed task event seq, if any (the token's cursor, as a number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
 }
 
 /// Runs `tether call`.
@@ -165,6 +172,8 @@ fn plan(args: &CallArgs) -> anyhow::Result<(SavedCall, Value, Option<PathBuf>)> 
             last_event_id: String::new(),
             task_id: None,
         },
+        task_id: None,
+        seq: None,
     };
     Ok((saved, arguments, args.token_file.clone()))
 }
@@ -190,6 +199,11 @@ fn config(
         config.on_resumption_token = Some(Arc::new(move |token: &ResumptionToken| {
             let mut saved = template.clone();
             saved.token = token.clone();
+            saved.task_id.clone_from(&token.task_id);
+            saved.seq = token
+                .task_id
+                .as_ref()
+                .and_then(|_| token.last_event_id.parse().ok());
             if let Err(error) = write_atomically(&path, &saved) {
                 tracing::warn!(%error, path = %path.display(), "writing the token file failed");
             }

@@ -138,10 +138,9 @@ impl Inner {
             let (ignored, _) = mpsc::channel(1);
             let answer = match self.read_answer(response, &id, &ignored).await {
                 Ok(Outcome::Answered(answer)) => *answer,
-                Ok(Outcome::Lost(error)) => {
-                    self.back_off(&mut failures, started, error).await?;
-                    continue;
-                }
+                // An answer that began but never gave the response (an event stream that
+                // ended or went silent): not a 2026-07-28 server's.
+                Ok(Outcome::Lost(_)) => return Ok(None),
                 Err(Error::Unauthorized) => return Err(Error::Unauthorized),
                 // Not a 2026-07-28 answer: a legacy server's refusal.
                 Err(_) => return Ok(None),

@@ -671,7 +671,7 @@ mod tests {
         assert_eq!(
             result["capabilities"],
             json!({"tools": {"listChanged": true},
-                   "extensions": {TASKS_EXTENSION: {}}}),
+                   "extensions": {TASKS_EXTENSION: {"eventStreams": {}}}}),
             "the 2025 experimental tasks capability out, the tasks extension in"
         );
         assert_eq!(result["_meta"][META_SERVER_INFO]["name"], "t");
