@@ -405,13 +405,12 @@ fn events_gone(id: TaskId, earliest: Option<u64>) -> ErrorObject {
         .with_data(json!({"reason": "events_gone", "taskId": id, "earliestSeq": earliest}))
 }
 
-/// The `after` of a `tasks/stream` request: absent, or a non-negative integer.
-fn stream_cursor(request: &Request) -> Result<Option<u64>, ErrorObject> {
+/// The `after` of a `tasks/stream` request: `Some(None)` when absent, `Some(Some(seq))` for a
+/// non-negative integer, `None` for anything else.
+fn stream_cursor(request: &Request) -> Option<Option<u64>> {
     match request.params.as_ref().and_then(|p| p.get("after")) {
-        None | Some(Value::Null) => Ok(None),
-        Some(after) => after.as_u64().map(Some).ok_or_else(|| {
-            ErrorObject::invalid_params("after must be a non-negative integer (a task event seq)")
-        }),
+        None | Some(Value::Null) => Some(None),
+        Some(after) => after.as_u64().map(Some),
     }
 }
 
@@ -428,7 +427,9 @@ pub(crate) async fn open_stream(
         return Err(tasks_extension_required());
     }
     let id = task_id(request).ok_or_else(unknown_task)?;
-    let after = stream_cursor(request)?;
+    let after = stream_cursor(request).ok_or_else(|| {
+        ErrorObject::invalid_params("after must be a non-negative integer (a task event seq)")
+    })?;
     let record = match state.tasks.get(&id, principal).await {
         Ok(Some(record)) => record,
         Ok(None) => return Err(unknown_task()),
