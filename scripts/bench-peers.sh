@@ -18,8 +18,8 @@
 #   gateway  `tether serve --store sqlite:FILE -- python3 count_child.py`: the gateway in front
 #            of a minimal stdio server (target/peers/gateway-count, source below) that writes
 #            `count`'s progress lines as fast as Python can
-#   rmcp     the official Rust SDK, crates.io rmcp =3.11.0, built outside the workspace under
-#            target/peers/rmcp-bench (sources below), its default session manager
+#   rmcp     the official Rust SDK, crates.io rmcp =3.11.0: interop/rmcp's `rmcp-peer --era
+#            legacy` (built by scripts/peers.sh), its default session manager
 #   ts       interop/ts/server.mjs, @modelcontextprotocol/sdk 1.32.2 with its event store
 #   python   interop/python/server.py, mcp 2.3.0 with its event store
 #   raw      a raw ceiling: a minimal hyper server writing tether-shaped SSE frames encoded in
@@ -74,113 +74,6 @@ put() {
   if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
 }
 
-put $peers/rmcp-bench/Cargo.toml <<'RUST_EOF'
-# An rmcp (official Rust SDK) Streamable HTTP server with the `count` tool of tether's
-# docs/CONTRACTS.md#demo-count, for scripts/bench-peers.sh. Built outside the tether workspace.
-[package]
-name = "rmcp-bench"
-version = "0.0.0"
-edition = "2024"
-publish = false
-
-[workspace]
-
-[dependencies]
-rmcp = { version = "=3.11.0", default-features = false, features = ["server", "transport-streamable-http-server"] }
-axum = { version = "0.8", default-features = false, features = ["http1", "tokio"] }
-tokio = { version = "1", features = ["full"] }
-serde_json = "1"
-
-[profile.release]
-debug = "line-tables-only"
-RUST_EOF
-put $peers/rmcp-bench/src/main.rs <<'RUST_EOF'
-//! rmcp 3.11.0 serving `count {n, interval_ms}` (docs/CONTRACTS.md#demo-count) over Streamable HTTP
-//! with its default session manager (sessions on, `retry` priming, its in-memory resumption).
-//! Usage: rmcp-bench --bind 127.0.0.1:0; prints `peer: serving http://ADDR/mcp`.
-
-use std::sync::Arc;
-use std::time::Duration;
-
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
-};
-use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::{
-    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-};
-use rmcp::{ErrorData, RoleServer, ServerHandler};
-
-#[derive(Clone)]
-struct Count;
-
-impl ServerHandler for Count {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let schema = serde_json::json!({
-            "type": "object",
-            "properties": {"n": {"type": "integer"}, "interval_ms": {"type": "integer"}},
-            "required": ["n"],
-        });
-        let serde_json::Value::Object(schema) = schema else { unreachable!() };
-        Ok(ListToolsResult::with_all_items(vec![Tool::new(
-            "count",
-            "Counts to n with progress",
-            Arc::new(schema),
-        )]))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let args = request.arguments.unwrap_or_default();
-        let n = args.get("n").and_then(serde_json::Value::as_u64).unwrap_or(0);
-        let interval = args.get("interval_ms").and_then(serde_json::Value::as_u64).unwrap_or(0);
-        let token = context.meta.get_progress_token();
-        for i in 1..=n {
-            if let Some(token) = &token {
-                let mut param = ProgressNotificationParam::new(token.clone(), i as f64);
-                param.total = Some(n as f64);
-                let _ = context.peer.notify_progress(param).await;
-            }
-            if interval > 0 {
-                tokio::time::sleep(Duration::from_millis(interval)).await;
-            }
-        }
-        Ok(CallToolResult::success(vec![ContentBlock::text(format!("counted {n}"))]).into())
-    }
-}
-
-#[tokio::main]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let bind = args
-        .iter()
-        .position(|a| a == "--bind")
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| "127.0.0.1:0".into());
-    let config = StreamableHttpServerConfig::default().with_sse_retry(Some(Duration::from_millis(500)));
-    let service = StreamableHttpService::new(
-        || Ok(Count),
-        LocalSessionManager::default().into(),
-        config,
-    );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(&bind).await.expect("bind");
-    println!("peer: serving http://{}/mcp", listener.local_addr().expect("addr"));
-    axum::serve(listener, router).await.expect("serve");
-}
-RUST_EOF
 put $peers/raw-ceiling/Cargo.toml <<'RUST_EOF'
 # The raw ceiling for scripts/bench-peers.sh: a minimal hyper server that answers the MCP
 # handshake and streams `count` as SSE frames shaped like tether's, encoded in 64 KiB batches
@@ -340,7 +233,7 @@ for line in sys.stdin:
     out.write(json.dumps({"jsonrpc": "2.0", "id": id_, "result": result}) + "\n")
     out.flush()
 PY_EOF
-for peer in rmcp-bench raw-ceiling; do
+for peer in raw-ceiling; do
   (cd $peers/$peer && CARGO_TARGET_DIR="$PWD/target" cargo build --release --quiet)
 done
 
@@ -432,7 +325,7 @@ if want gateway; then
     targets+=(before_gateway)
   fi
 fi
-want rmcp && start rmcp $peers/rmcp-bench/target/release/rmcp-bench --bind 127.0.0.1:0 && targets+=(rmcp)
+want rmcp && start rmcp target/peers/rmcp-target/release/rmcp-peer --era legacy --bind 127.0.0.1:0 && targets+=(rmcp)
 want ts && start ts $peers/node/node_modules/node/bin/node interop/ts/server.mjs --bind 127.0.0.1:0 && targets+=(ts)
 want python && start python $peers/py/bin/python interop/python/server.py --bind 127.0.0.1:0 && targets+=(python)
 want raw && start raw $peers/raw-ceiling/target/release/raw-ceiling --bind 127.0.0.1:0 && targets+=(raw)
