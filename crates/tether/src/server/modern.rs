@@ -265,20 +265,34 @@ impl Drop for RequestGuard {
     }
 }
 
+/// Which event store a modern request's stream lives in.
+#[derive(Clone, Copy)]
+enum Keep {
+    /// The server's store: a task's stream, read later by `tasks/stream` on any node.
+    Durable,
+    /// This process's memory: a request answered on its own connection, which nothing
+    /// resumes ([`ServerState::transient_events`]).
+    Transient,
+}
+
 /// A context for one modern request: a session id made for it (never stored as a session),
-/// its stream, and the runtime that serves them.
+/// its stream in the store `keep` names, and the runtime that serves them.
 async fn ephemeral(
     state: &ServerState,
     principal: Arc<str>,
     id: &RequestId,
+    keep: Keep,
 ) -> Result<(Arc<SessionRuntime>, StreamId), ServerError> {
+    let events = match keep {
+        Keep::Durable => &state.events,
+        Keep::Transient => &state.transient_events,
+    };
     let session = SessionId::generate();
     let owner = StreamOwner {
         principal: Arc::clone(&principal),
         session: session.clone(),
     };
-    let stream = state
-        .events
+    let stream = events
         .create_stream(
             &owner,
             StreamKind::Request,
@@ -292,11 +306,7 @@ async fn ephemeral(
         principal,
         standalone: stream,
     };
-    let runtime = SessionRuntime::new(
-        record,
-        Arc::clone(&state.events),
-        state.config.max_event_bytes,
-    );
+    let runtime = SessionRuntime::new(record, Arc::clone(events), state.config.max_event_bytes);
     Ok((runtime, stream))
 }
 
@@ -351,7 +361,8 @@ async fn run(
                         .with_data(json!({"reason": "too_many_tasks", "limit": limit})),
                     ));
                 }
-                let (runtime, stream) = ephemeral(state, Arc::clone(&principal), &id).await?;
+                let (runtime, stream) =
+                    ephemeral(state, Arc::clone(&principal), &id, Keep::Durable).await?;
                 let identity = server_identity(info);
                 let rounds = InputRounds::new(answers.answers, envelope.capabilities.clone());
                 let modern = ModernRequest {
@@ -371,7 +382,7 @@ async fn run(
     }
     let streams = !state.config.json_response && server_accepts(accept, ResponseKind::EventStream)
         || !server_accepts(accept, ResponseKind::Json);
-    let (runtime, stream) = ephemeral(state, principal, &id).await?;
+    let (runtime, stream) = ephemeral(state, principal, &id, Keep::Transient).await?;
     let guard = RequestGuard {
         runtime: Arc::clone(&runtime),
     };
@@ -403,18 +414,18 @@ async fn run(
     // future, and with it the guard: cancellation.
     let first = if streams {
         loop {
-            let batch = state
-                .events
+            let batch = runtime
+                .events()
                 .read_after(runtime.owner(), stream, 0, 2)
                 .await?;
             if !batch.events.is_empty() {
                 break batch;
             }
-            state.events.wait_for_more(stream, 0).await?;
+            runtime.events().wait_for_more(stream, 0).await?;
         }
     } else {
         // JSON only: wait for the end; what came before the response cannot be sent.
-        read_to_end(state, &runtime, stream).await?
+        read_to_end(&runtime, stream).await?
     };
     // The request's one response is the last thing its stream holds: first means alone.
     let only_response = match first.events.as_slice() {
@@ -451,15 +462,14 @@ fn response_of(message: &[u8]) -> Option<(Vec<u8>, RpcResponse)> {
 
 /// Every event of `stream` after its priming event, once it is complete.
 async fn read_to_end(
-    state: &ServerState,
     runtime: &SessionRuntime,
     stream: StreamId,
 ) -> Result<crate::store::ReadBatch, ServerError> {
     let mut cursor = 0;
     let mut all = crate::store::ReadBatch::default();
     loop {
-        let batch = state
-            .events
+        let batch = runtime
+            .events()
             .read_after(runtime.owner(), stream, cursor, 1024)
             .await?;
         if let Some(last) = batch.events.last() {
@@ -470,7 +480,7 @@ async fn read_to_end(
             all.complete = true;
             return Ok(all);
         }
-        state.events.wait_for_more(stream, cursor).await?;
+        runtime.events().wait_for_more(stream, cursor).await?;
     }
 }
 
@@ -492,7 +502,7 @@ async fn drive(
         state
             .metrics
             .modern_request(&method, ModernOutcome::Disconnected);
-        let _ = state.events.complete(stream).await;
+        let _ = runtime.events().complete(stream).await;
         return;
     };
     let outcome = match &mut response {
@@ -511,9 +521,9 @@ async fn drive(
     state.metrics.modern_request(&method, outcome);
     let bytes = runtime.response_bytes(&response);
     let stored = async {
-        state.events.flush(stream).await?;
+        runtime.events().flush(stream).await?;
         runtime.append_bytes(stream, &bytes).await?;
-        state.events.complete(stream).await
+        runtime.events().complete(stream).await
     }
     .await;
     if let Err(error) = stored
@@ -604,7 +614,8 @@ async fn listen(
         }
     }
     honoured.task_ids = owned;
-    let (runtime, stream) = ephemeral(state, Arc::clone(&principal), &request.id).await?;
+    let (runtime, stream) =
+        ephemeral(state, Arc::clone(&principal), &request.id, Keep::Transient).await?;
     let guard = RequestGuard {
         runtime: Arc::clone(&runtime),
     };

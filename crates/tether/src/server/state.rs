@@ -40,6 +40,10 @@ pub(crate) struct ServerState {
     pub(crate) config: ServerConfig,
     pub(crate) handler: Arc<dyn Handler>,
     pub(crate) events: Arc<dyn EventStore>,
+    /// Where a 2026-07-28 request that is not a task keeps its stream while it is answered:
+    /// in this process's memory, since nothing can resume such a stream (a disconnect cancels
+    /// the request) and nothing else reads it; storing it durably would only cost a commit.
+    pub(crate) transient_events: Arc<dyn EventStore>,
     pub(crate) sessions: Arc<dyn SessionStore>,
     /// The tasks extension's tasks.
     pub(crate) tasks: Arc<dyn TaskStore>,
@@ -84,11 +88,18 @@ impl ServerState {
             inner: events,
             metrics: Arc::clone(&metrics),
         });
+        let transient_events = Arc::new(MeteredEvents {
+            inner: Arc::new(crate::store::MemoryEventStore::new(
+                crate::store::StoreLimits::default(),
+            )),
+            metrics: Arc::clone(&metrics),
+        });
         let sealer = Sealer::new(sealing_key, config.request_state_ttl);
         Self {
             config,
             handler,
             events,
+            transient_events,
             sessions,
             tasks,
             metrics,
