@@ -416,3 +416,76 @@ async fn a_cancelled_modern_call_stops_and_gets_no_answer() -> anyhow::Result<()
     server.terminate().await?;
     Ok(())
 }
+
+/// Against a server spoken to in the 2026-07-28 era that offers tasks, the bridge runs the
+/// stdio client's `tools/call` as a task: through a proxy that cuts every open connection
+/// now and then, the stdio client gets every progress notification once, in order, then the
+/// result, under its own request id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_call_runs_as_a_task_and_survives_cuts() -> anyhow::Result<()> {
+    let mut server = ServerSpec::tether_serve()?
+        .args(["--store", "memory"])
+        .start()
+        .await?;
+    let proxy = FaultProxy::start(server.addr(), FaultPlan::pass_through()).await?;
+    let url = proxy.url_for("/mcp");
+    let mut bridge = Command::new(tether_bin()?)
+        .args(["connect", &url, "--protocol", "2026-07-28"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = bridge.stdin.take().context("stdin")?;
+    let input = [
+        json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": "call-1", "method": "tools/call", "params": {
+            "name": "count", "arguments": {"n": 60, "interval_ms": 20},
+            "_meta": {"progressToken": "tok"}}}),
+    ];
+    for message in &input {
+        stdin.write_all(format!("{message}\n").as_bytes()).await?;
+    }
+    let mut stdout = BufReader::new(bridge.stdout.take().context("stdout")?).lines();
+    let mut messages = Vec::new();
+    let read = async {
+        while let Some(line) = stdout.next_line().await? {
+            let value: Value = serde_json::from_str(&line)?;
+            if value["params"]["progress"]
+                .as_u64()
+                .is_some_and(|p| p % 15 == 0)
+            {
+                proxy.cut_open_connections();
+            }
+            let done = value["id"] == "call-1";
+            messages.push(value);
+            if done {
+                return anyhow::Ok(());
+            }
+        }
+        anyhow::bail!("stdout ended early: {messages:?}")
+    };
+    tokio::time::timeout(RUN_TIMEOUT, read).await??;
+    let progress: Vec<u64> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .filter_map(|m| m["params"]["progress"].as_u64())
+        .collect();
+    ensure!(
+        progress == (1..=60).collect::<Vec<_>>(),
+        "progress once each: {progress:?}"
+    );
+    let last = messages.last().context("the response")?;
+    ensure!(
+        last["result"]["content"][0]["text"] == "counted 60",
+        "{last}"
+    );
+    ensure!(proxy.counters().cuts > 0, "{:?}", proxy.counters());
+    drop(stdin);
+    tokio::time::timeout(Duration::from_secs(20), bridge.wait()).await??;
+    server.terminate().await?;
+    Ok(())
+}
