@@ -218,22 +218,18 @@ impl Inner {
             "name": self.config.client_name,
             "version": self.config.client_version,
         });
-        let mut capabilities = self.config.capabilities.clone();
-        if self.config.tasks
-            && self.offers_tasks().0
-            && let Value::Object(declared) = &mut capabilities
-        {
-            let extensions = declared
-                .entry("extensions")
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let Value::Object(extensions) = extensions {
-                extensions.insert(TASKS_EXTENSION.into(), json!({}));
-            }
-        }
+        // The configured capabilities as they are, unless the tasks extension joins them.
+        let with_tasks;
+        let capabilities = if self.config.tasks && self.offers_tasks().0 {
+            with_tasks = declaring_tasks(&self.config.capabilities);
+            &with_tasks
+        } else {
+            &self.config.capabilities
+        };
         add_envelope(
             &mut params,
             ProtocolVersion::MODERN,
-            &capabilities,
+            capabilities,
             &client_info,
         );
         Message::from(Request::new(id.clone(), method, Some(params))).to_vec()
@@ -258,15 +254,8 @@ impl Inner {
             () = tx.closed() => None,
         };
         crate::lock(&self.modern_running).remove(&id);
-        let delivery = match outcome {
-            Some(Ok(response)) => Delivery::Message {
-                message: Message::Response(with_id(response, id)),
-                event_id: None,
-            },
-            Some(Err(error)) => Delivery::Failed(error),
-            None => Delivery::Failed(Error::Cancelled),
-        };
-        let _ = tx.send(delivery).await;
+        let outcome = outcome.unwrap_or(Err(Error::Cancelled));
+        let _ = tx.send(final_delivery(outcome, id)).await;
     }
 
     /// [`modern_rounds`](Self::modern_rounds), then, when the server answered with a task,
@@ -307,14 +296,7 @@ impl Inner {
             () = self.shutdown.cancelled() => Err(Error::Closed),
             () = tx.closed() => return,
         };
-        let delivery = match outcome {
-            Ok(response) => Delivery::Message {
-                message: Message::Response(with_id(response, id)),
-                event_id: None,
-            },
-            Err(error) => Delivery::Failed(error),
-        };
-        let _ = tx.send(delivery).await;
+        let _ = tx.send(final_delivery(outcome, id)).await;
     }
 
     /// Cancels the modern request the caller knows as `id`, if it is still running: its
@@ -669,6 +651,31 @@ fn response_to(bytes: &[u8], id: &RequestId) -> Option<RpcResponse> {
             Message::Response(response) if response.id() == Some(id) => Some(response),
             _ => None,
         })
+}
+
+/// `capabilities` with the tasks extension declared.
+fn declaring_tasks(capabilities: &Value) -> Value {
+    let mut declared = capabilities.clone();
+    if let Value::Object(map) = &mut declared {
+        let extensions = map
+            .entry("extensions")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(extensions) = extensions {
+            extensions.insert(TASKS_EXTENSION.into(), json!({}));
+        }
+    }
+    declared
+}
+
+/// What ends a request's stream: its response under `id`, or the error it failed with.
+fn final_delivery(outcome: Result<RpcResponse, Error>, id: RequestId) -> Delivery {
+    match outcome {
+        Ok(response) => Delivery::Message {
+            message: Message::Response(with_id(response, id)),
+            event_id: None,
+        },
+        Err(error) => Delivery::Failed(error),
+    }
 }
 
 /// `response` under `id` (each round went out under an id of its own).

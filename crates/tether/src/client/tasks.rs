@@ -94,7 +94,7 @@ impl Inner {
         let (sink, _) = mpsc::channel(1);
         match self.modern_rounds(method, Some(&params), &sink).await? {
             RpcResponse::Result(result) => Ok(result.result),
-            RpcResponse::Error(error) if error.error.message == "unknown task" => {
+            RpcResponse::Error(error) if names_unknown_task(&error.error) => {
                 Err(Error::UnknownTask {
                     task_id: task.to_owned(),
                 })
@@ -278,16 +278,20 @@ fn answered(task: &str, answer: RpcResponse) -> Result<(), Error> {
                 ),
             })
         }
-        RpcResponse::Error(error) if error.error.message == "unknown task" => {
-            Err(Error::UnknownTask {
-                task_id: task.to_owned(),
-            })
-        }
+        RpcResponse::Error(error) if names_unknown_task(&error.error) => Err(Error::UnknownTask {
+            task_id: task.to_owned(),
+        }),
         RpcResponse::Error(error) => Err(Error::Protocol(format!(
             "tasks/stream answered {} {}",
             error.error.code, error.error.message
         ))),
     }
+}
+
+/// Whether `error` says the task is unknown (expired, or never this principal's): -32602
+/// `unknown task`, as tether's server and the tasks extension's reference answer it.
+fn names_unknown_task(error: &ErrorObject) -> bool {
+    error.code == tether_proto::jsonrpc::INVALID_PARAMS && error.message == "unknown task"
 }
 
 /// A terminal task as the final response of its call (module docs).

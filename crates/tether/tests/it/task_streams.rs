@@ -235,17 +235,18 @@ async fn a_task_stream_replays_then_follows_live_then_answers_empty() {
     .unwrap();
 }
 
-/// A proxy that cuts every few events of the stream; the reader asks again with `after`.
-async fn through_cuts(url: &str, n: u64) {
-    let addr: std::net::SocketAddr = url
+/// A `count` task of n events started on the server at `run_on`, its stream read from the one
+/// at `read_from` (the same, or another node of a shared store) through a proxy that cuts
+/// every few events; the reader asks again with `after`.
+async fn through_cuts(run_on: &str, read_from: &str, n: u64) {
+    let addr: std::net::SocketAddr = read_from
         .trim_start_matches("http://")
         .trim_end_matches("/mcp")
         .parse()
         .unwrap();
     let plan = FaultPlan::pass_through().with_cut(ByteFault::after(1500).with_jitter(700));
     let proxy = FaultProxy::start(addr, plan).await.unwrap();
-    let client = alice(url);
-    let task = start_count(&client, n, 5).await;
+    let task = start_count(&alice(run_on), n, 5).await;
     let taken = read_task_stream(&proxy.url_for("/mcp"), &task).await;
     assert!(proxy.counters().cuts >= 2, "cuts: {}", proxy.report());
     assert!(taken.requests >= 3, "the reader asked again after each cut");
@@ -255,7 +256,7 @@ async fn through_cuts(url: &str, n: u64) {
 #[tokio::test]
 async fn a_cut_task_stream_resumes_with_after_exactly_once_on_memory() {
     let (url, _stop) = serve(Stores::memory(StoreLimits::default())).await;
-    tokio::time::timeout(TEST_TIMEOUT, through_cuts(&url, 150))
+    tokio::time::timeout(TEST_TIMEOUT, through_cuts(&url, &url, 150))
         .await
         .unwrap();
 }
@@ -265,7 +266,7 @@ async fn a_cut_task_stream_resumes_with_after_exactly_once_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let stores = Stores::sqlite(dir.path().join("tether.db"), StoreLimits::default()).unwrap();
     let (url, _stop) = serve(stores).await;
-    tokio::time::timeout(TEST_TIMEOUT, through_cuts(&url, 150))
+    tokio::time::timeout(TEST_TIMEOUT, through_cuts(&url, &url, 150))
         .await
         .unwrap();
 }
@@ -284,21 +285,9 @@ async fn a_cut_task_stream_read_from_the_other_redis_node_is_exactly_once() {
     };
     let (a, _stop_a) = serve(Stores::redis_with(node("a")).await.unwrap()).await;
     let (b, _stop_b) = serve(Stores::redis_with(node("b")).await.unwrap()).await;
-    tokio::time::timeout(TEST_TIMEOUT, async {
-        let task = start_count(&alice(&a), 150, 5).await;
-        let addr: std::net::SocketAddr = b
-            .trim_start_matches("http://")
-            .trim_end_matches("/mcp")
-            .parse()
-            .unwrap();
-        let plan = FaultPlan::pass_through().with_cut(ByteFault::after(1500).with_jitter(700));
-        let proxy = FaultProxy::start(addr, plan).await.unwrap();
-        let taken = read_task_stream(&proxy.url_for("/mcp"), &task).await;
-        assert!(proxy.counters().cuts >= 2, "cuts: {}", proxy.report());
-        assert_every_event(&taken, &task, 150);
-    })
-    .await
-    .unwrap();
+    tokio::time::timeout(TEST_TIMEOUT, through_cuts(&a, &b, 150))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
