@@ -377,7 +377,10 @@ async fn drive_stream(
 /// unavailable, the session ends, or [`STORE_RETRY_LIMIT`] passes. A response or a completion
 /// lost to a store that was briefly down (Redis restarting) would leave the request
 /// unanswered for good: the node is alive, so no other node takes its streams for orphans.
-async fn persist<T, F, Fut>(runtime: &SessionRuntime, mut write: F) -> Result<T, StoreError>
+pub(crate) async fn persist<T, F, Fut>(
+    runtime: &SessionRuntime,
+    mut write: F,
+) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,

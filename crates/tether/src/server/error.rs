@@ -39,6 +39,10 @@ pub const SHUTTING_DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
 /// node restarting or a Redis hiccup passes in seconds.
 pub const HOME_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// `Retry-After` for 503 while the store is unavailable: Redis restarting or a failover is
+/// back within seconds, and nothing was acted on, so the same request may come again.
+pub const STORE_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// Why a `Last-Event-ID` cannot be resumed: the `data.reason` of the 400
 /// (docs/CONTRACTS.md#last-event-id-row).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -240,6 +244,9 @@ impl ServerError {
             }
             Self::ShuttingDown => vec![retry_after(SHUTTING_DOWN_RETRY_AFTER)],
             Self::HomeUnavailable => vec![retry_after(HOME_UNAVAILABLE_RETRY_AFTER)],
+            Self::Store(StoreError::Unavailable(_)) => {
+                vec![retry_after(STORE_UNAVAILABLE_RETRY_AFTER)]
+            }
             Self::GetDisabled => vec![(header::ALLOW, HeaderValue::from_static("POST, DELETE"))],
             Self::ModernMethodNotAllowed => {
                 vec![(header::ALLOW, HeaderValue::from_static("POST"))]

@@ -117,10 +117,10 @@ pub(crate) async fn post(
             refused(state, &method, Some(request.id.clone()), status, error)
         })?;
     if method == tasks::STREAM_METHOD {
-        return Ok(task_stream(state, post.principal, request, &envelope, &info).await);
+        return task_stream(state, post.principal, request, &envelope, &info).await;
     }
     if let Some(outcome) = tasks::method(state, &post.principal, &request, &envelope).await {
-        return Ok(answered(state, &request, outcome, &info));
+        return Ok(answered(state, &request, outcome?, &info));
     }
     match method.as_str() {
         DISCOVER => {
@@ -544,10 +544,10 @@ async fn task_stream(
     request: Request,
     envelope: &Envelope,
     info: &ServerInfo,
-) -> Response {
-    let events = match tasks::open_stream(state, &principal, &request, envelope).await {
+) -> Result<Response, ServerError> {
+    let events = match tasks::open_stream(state, &principal, &request, envelope).await? {
         Ok(events) => events,
-        Err(error) => return answered(state, &request, Err(error), info),
+        Err(error) => return Ok(answered(state, &request, Err(error), info)),
     };
     state
         .metrics
@@ -579,7 +579,7 @@ async fn task_stream(
             Some((Ok::<_, std::convert::Infallible>(chunk), reader))
         }
     });
-    event_stream_response(axum::body::Body::from_stream(body))
+    Ok(event_stream_response(axum::body::Body::from_stream(body)))
 }
 
 /// `subscriptions/listen`: the acknowledgement, then the notifications the filter admits,

@@ -128,12 +128,11 @@ fn unknown_task() -> ErrorObject {
     ErrorObject::invalid_params("unknown task")
 }
 
-fn store_failed(error: &StoreError) -> ErrorObject {
-    ErrorObject::new(
-        tether_proto::jsonrpc::INTERNAL_ERROR,
-        format!("task store: {error}"),
-    )
-}
+/// A `tasks/*` request's answer (its result, or a JSON-RPC error for the request), or the
+/// store failure that kept it from being answered, which the endpoint answers as it answers
+/// any store failure (`ServerError::Store`: 503 while the store is unavailable, so that the
+/// client asks again).
+pub(crate) type TaskAnswer<T> = Result<Result<T, ErrorObject>, StoreError>;
 
 /// Answers `tasks/get`, `tasks/update` and `tasks/cancel`; `None` for any other method.
 pub(crate) async fn method(
@@ -141,13 +140,13 @@ pub(crate) async fn method(
     principal: &str,
     request: &Request,
     envelope: &Envelope,
-) -> Option<Result<Value, ErrorObject>> {
+) -> Option<TaskAnswer<Value>> {
     let method = request.method.as_str();
     if !matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel") {
         return None;
     }
     if !envelope.declares_extension(TASKS_EXTENSION) {
-        return Some(Err(tasks_extension_required()));
+        return Some(Ok(Err(tasks_extension_required())));
     }
     Some(answer(state, principal, request, method).await)
 }
@@ -157,14 +156,22 @@ async fn answer(
     principal: &str,
     request: &Request,
     method: &str,
-) -> Result<Value, ErrorObject> {
-    let id = task_id(request).ok_or_else(unknown_task)?;
+) -> TaskAnswer<Value> {
+    let Some(id) = task_id(request) else {
+        return Ok(Err(unknown_task()));
+    };
     let ack = || json!({"resultType": "complete"});
-    match method {
-        "tasks/get" => match state.tasks.get(&id, principal).await {
-            Ok(Some(record)) => Ok(detailed(&record)),
-            Ok(None) => Err(unknown_task()),
-            Err(error) => Err(store_failed(&error)),
+    let known = |known: bool| {
+        if known {
+            Ok(ack())
+        } else {
+            Err(unknown_task())
+        }
+    };
+    Ok(match method {
+        "tasks/get" => match state.tasks.get(&id, principal).await? {
+            Some(record) => Ok(detailed(&record)),
+            None => Err(unknown_task()),
         },
         "tasks/update" => {
             let responses = match request
@@ -175,23 +182,15 @@ async fn answer(
                 None => Map::new(),
                 Some(Value::Object(responses)) => responses.clone(),
                 Some(_) => {
-                    return Err(ErrorObject::invalid_params(
+                    return Ok(Err(ErrorObject::invalid_params(
                         "inputResponses must be an object",
-                    ));
+                    )));
                 }
             };
-            match state.tasks.answer(&id, principal, responses).await {
-                Ok(true) => Ok(ack()),
-                Ok(false) => Err(unknown_task()),
-                Err(error) => Err(store_failed(&error)),
-            }
+            known(state.tasks.answer(&id, principal, responses).await?)
         }
-        _ => match state.tasks.cancel(&id, principal).await {
-            Ok(true) => Ok(ack()),
-            Ok(false) => Err(unknown_task()),
-            Err(error) => Err(store_failed(&error)),
-        },
-    }
+        _ => known(state.tasks.cancel(&id, principal).await?),
+    })
 }
 
 /// Starts `request` as a task of `runtime`'s principal: its record is created first (durable,
@@ -272,14 +271,18 @@ async fn run(
             TaskChange::failed(serde_json::to_value(&error.error).expect("an error serializes"))
         }
     };
-    if let Err(error) = state.tasks.change(&id, change).await {
+    // Retried while the store is unavailable (Redis restarting): the node is alive, so no
+    // other node would ever fail the task for it, and it would stay `working` for good.
+    if let Err(error) =
+        dispatch::persist(&runtime, || state.tasks.change(&id, change.clone())).await
+    {
         tracing::warn!(%error, "a task's outcome could not be stored");
     }
     // Completed after the outcome is recorded, so a reader that sees its events end finds
     // the outcome with `tasks/get`. The stream holds what the handler emitted, not the
     // response, and stays in the event log (the store's retention, or the task's TTL,
     // whichever ends first).
-    if let Err(error) = state.events.complete(stream).await {
+    if let Err(error) = dispatch::persist(&runtime, || state.events.complete(stream)).await {
         tracing::debug!(%error, "a task's event stream was not completed");
     }
     runtime.close();
@@ -422,21 +425,23 @@ pub(crate) async fn open_stream(
     principal: &str,
     request: &Request,
     envelope: &Envelope,
-) -> Result<TaskEvents, ErrorObject> {
+) -> TaskAnswer<TaskEvents> {
     if !envelope.declares_extension(TASKS_EXTENSION) {
-        return Err(tasks_extension_required());
+        return Ok(Err(tasks_extension_required()));
     }
-    let id = task_id(request).ok_or_else(unknown_task)?;
-    let after = stream_cursor(request).ok_or_else(|| {
-        ErrorObject::invalid_params("after must be a non-negative integer (a task event seq)")
-    })?;
-    let record = match state.tasks.get(&id, principal).await {
-        Ok(Some(record)) => record,
-        Ok(None) => return Err(unknown_task()),
-        Err(error) => return Err(store_failed(&error)),
+    let Some(id) = task_id(request) else {
+        return Ok(Err(unknown_task()));
+    };
+    let Some(after) = stream_cursor(request) else {
+        return Ok(Err(ErrorObject::invalid_params(
+            "after must be a non-negative integer (a task event seq)",
+        )));
+    };
+    let Some(record) = state.tasks.get(&id, principal).await? else {
+        return Ok(Err(unknown_task()));
     };
     let Some(session) = record.events_session else {
-        return Err(events_gone(id, None));
+        return Ok(Err(events_gone(id, None)));
     };
     let owner = StreamOwner {
         principal: Arc::clone(&record.principal),
@@ -453,7 +458,7 @@ pub(crate) async fn open_stream(
         }
         None => state.events.read_from_start(&owner, id.stream(), 1).await,
     };
-    match probe {
+    Ok(match probe {
         Ok(_) => Ok(TaskEvents {
             id,
             owner,
@@ -472,8 +477,8 @@ pub(crate) async fn open_stream(
                 (_, earliest) => Err(events_gone(id, earliest)),
             }
         }
-        Err(error) => Err(store_failed(&error)),
-    }
+        Err(error) => return Err(error),
+    })
 }
 
 /// The smallest stored cursor at or after `from` whose following events are all retained
@@ -554,7 +559,8 @@ impl TaskEventReader {
         }
     }
 
-    /// The next messages to send, each serialized; `None` after the answer.
+    /// The next messages to send, each serialized; `None` after the answer, or without one
+    /// when the store became unavailable (the body ends, and the reader asks again).
     pub(crate) async fn next(&mut self) -> Option<Vec<Vec<u8>>> {
         if self.answered {
             return None;
@@ -591,7 +597,18 @@ impl TaskEventReader {
                     }
                     return Some(vec![self.answer(Err(events_gone(id, earliest)))]);
                 }
-                Err(error) => return Some(vec![self.answer(Err(store_failed(&error)))]),
+                // The reader asks again with `after` once the store is back.
+                Err(EventStoreError::Unavailable(error)) => {
+                    tracing::debug!(%error, task = %id, "a task stream ends: store unavailable");
+                    return None;
+                }
+                Err(error) => {
+                    let error = ErrorObject::new(
+                        tether_proto::jsonrpc::INTERNAL_ERROR,
+                        format!("task store: {error}"),
+                    );
+                    return Some(vec![self.answer(Err(error))]);
+                }
             };
             let drained = events.is_empty();
             let mut out = Vec::with_capacity(events.len());

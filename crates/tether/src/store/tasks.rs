@@ -397,6 +397,7 @@ pub(crate) struct TaskMap {
 
 impl TaskMap {
     /// A map holding `records`.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn with(records: impl IntoIterator<Item = TaskRecord>) -> Self {
         let map = Self::default();
         for record in records {
