@@ -159,6 +159,13 @@ impl ToolCall {
         self.stream.resumption_token()
     }
 
+    /// The task this call runs as (2026-07-28, a server that offers tasks), once the server
+    /// answered with one: what `tasks/get` takes.
+    #[must_use]
+    pub fn task_id(&self) -> Option<&str> {
+        self.stream.task_id()
+    }
+
     /// The client this call runs on.
     #[must_use]
     pub fn client(&self) -> &Client {

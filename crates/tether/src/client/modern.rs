@@ -19,11 +19,13 @@
 //! before the response is not resumable in this era: a request that is safe to repeat
 //! ([`SAFE_TO_REPEAT`]), or one whose connection could not even be made, is sent again under
 //! a new id with the reconnect backoff and budget; any other fails with
-//! [`Error::MayHaveRun`], since the server may have acted on it.
+//! [`Error::MayHaveRun`], since the server may have acted on it. A 429 or 503 answer means the
+//! server refused without acting on the request: any request is sent again, after the
+//! answer's `Retry-After` when it has one, within the same budget.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 use tether_proto::headers::ResponseKind;
@@ -62,6 +64,12 @@ pub(super) enum Outcome {
     Answered(Box<RpcResponse>),
     /// The connection was lost before the response.
     Lost(Error),
+    /// The server refused for now without acting on the request (429, 503): the same request
+    /// may be sent again, after `retry_after` when the server said so.
+    Busy {
+        error: Error,
+        retry_after: Option<Duration>,
+    },
 }
 
 impl Inner {
@@ -124,7 +132,7 @@ impl Inner {
             let response = match self.transport.post_modern(body, DISCOVER, None, &[]).await {
                 Ok(response) => response,
                 Err(error @ (Error::Network(_) | Error::Timeout)) => {
-                    self.back_off(&mut failures, started, error).await?;
+                    self.back_off(&mut failures, started, error, None).await?;
                     continue;
                 }
                 Err(error) => return Err(error),
@@ -141,6 +149,11 @@ impl Inner {
                 // An answer that began but never gave the response (an event stream that
                 // ended or went silent): not a 2026-07-28 server's.
                 Ok(Outcome::Lost(_)) => return Ok(None),
+                Ok(Outcome::Busy { error, retry_after }) => {
+                    self.back_off(&mut failures, started, error, retry_after)
+                        .await?;
+                    continue;
+                }
                 Err(Error::Unauthorized) => return Err(Error::Unauthorized),
                 // Not a 2026-07-28 answer: a legacy server's refusal.
                 Err(_) => return Ok(None),
@@ -168,6 +181,7 @@ impl Inner {
         failures: &mut u32,
         started: Instant,
         error: Error,
+        retry_after: Option<Duration>,
     ) -> Result<(), Error> {
         let reconnect = &self.config.reconnect;
         if !reconnect.budget.allows(*failures, started.elapsed()) {
@@ -184,7 +198,7 @@ impl Inner {
             let mut rng = crate::lock(&self.rng);
             reconnect
                 .backoff
-                .delay(*failures + 1, None, None, &mut *rng)
+                .delay(*failures + 1, None, retry_after, &mut *rng)
         };
         *failures += 1;
         tokio::time::sleep(delay).await;
@@ -333,6 +347,7 @@ impl Inner {
         let mut started = Instant::now();
         let mut failures = 0;
         loop {
+            let mut busy = None;
             let id = self.next_request_id();
             let body = self.modern_body(&id, LISTEN, Some(&params), &Map::new(), None);
             let lost = match self.transport.post_modern(body, LISTEN, None, &[]).await {
@@ -353,6 +368,10 @@ impl Inner {
                             RpcResponse::Result(_) => Error::Closed,
                         },
                         Ok(Outcome::Lost(error)) => error,
+                        Ok(Outcome::Busy { error, retry_after }) => {
+                            busy = retry_after;
+                            error
+                        }
                         Err(error) => return error,
                     }
                 }
@@ -365,7 +384,7 @@ impl Inner {
                 last_event_id: None,
                 failures,
             });
-            if let Err(error) = self.back_off(&mut failures, started, lost).await {
+            if let Err(error) = self.back_off(&mut failures, started, lost, busy).await {
                 return error;
             }
         }
@@ -443,6 +462,12 @@ impl Inner {
                 Ok(response) => match self.read_answer(response, &id, tx).await? {
                     Outcome::Answered(response) => return Ok(*response),
                     Outcome::Lost(error) => error,
+                    // Refused without acting on it: any request may be sent again.
+                    Outcome::Busy { error, retry_after } => {
+                        self.back_off(&mut failures, started, error, retry_after)
+                            .await?;
+                        continue;
+                    }
                 },
                 Err(error @ (Error::Network(_) | Error::Timeout)) => error,
                 Err(error) => return Err(error),
@@ -453,12 +478,13 @@ impl Inner {
                     method: method.to_owned(),
                 });
             }
-            self.back_off(&mut failures, started, lost).await?;
+            self.back_off(&mut failures, started, lost, None).await?;
         }
     }
 
-    /// The answer to one POST: JSON, SSE (messages before the response go to `tx`), or an
-    /// error status whose body is the JSON-RPC error.
+    /// The answer to one POST: JSON, SSE (messages before the response go to `tx`), a refusal
+    /// for now (429, 503: [`Outcome::Busy`]), or an error status whose body is the JSON-RPC
+    /// error.
     pub(super) async fn read_answer(
         &self,
         mut response: reqwest::Response,
@@ -466,6 +492,13 @@ impl Inner {
         tx: &mpsc::Sender<Delivery>,
     ) -> Result<Outcome, Error> {
         let status = response.status().as_u16();
+        if matches!(status, 429 | 503) {
+            let failed = super::transport::Failed::read(response).await;
+            return Ok(Outcome::Busy {
+                retry_after: failed.retry_after,
+                error: failed.into_error(),
+            });
+        }
         match response_kind(&response) {
             Some(ResponseKind::EventStream) if status == 200 => {}
             Some(ResponseKind::Json) => {

@@ -188,6 +188,11 @@ impl Inner {
                     match read {
                         Outcome::Answered(answer) => return answered(task, *answer),
                         Outcome::Lost(error) => error,
+                        Outcome::Busy { error, retry_after } => {
+                            self.back_off(&mut failures, started, error, retry_after)
+                                .await?;
+                            continue;
+                        }
                     }
                 }
                 Err(error @ (Error::Network(_) | Error::Timeout)) => error,
@@ -199,7 +204,7 @@ impl Inner {
                 last_event_id: last.map(|seq| seq.to_string()),
                 failures,
             });
-            self.back_off(&mut failures, started, lost).await?;
+            self.back_off(&mut failures, started, lost, None).await?;
         }
     }
 
