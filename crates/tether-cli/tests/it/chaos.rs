@@ -5,7 +5,9 @@
 //! must deliver progress 1..n exactly once and in order and then `counted n`, or fail with a
 //! typed error after a gap-free prefix. With Redis, two nodes share one `redis-server` and
 //! node A is SIGKILLed mid-run (a new node takes its port after A's lease). Bounded: the
-//! three runs together take about two minutes.
+//! three runs together take about two minutes. A quarter of the workers call as 2026-07-28
+//! tasks read with `tasks/stream`: the same checks, and every task they learned of must end
+//! in a terminal status that `tasks/get` shows.
 //!
 //! The seed is fixed so the suite is repeatable; `CHAOS_SEED=N` runs another one (a failure
 //! prints the seed and the proxy's fault log). Long runs: the `tether-chaos` program.
@@ -46,6 +48,16 @@ fn assert_promises_kept(report: &Report, completed_share: f64) {
     assert_eq!(report.hung, 0, "calls hung\n{context}");
     assert_eq!(report.bad_results, 0, "wrong results\n{context}");
     assert_eq!(report.failed_untyped, 0, "untyped failures\n{context}");
+    assert_eq!(report.tasks_lost, 0, "tasks lost\n{context}");
+    // The task workers' calls ran as tasks, and every one is accounted for in `tasks/get`.
+    assert!(
+        report.task_calls >= 50 && report.tasks_created * 10 >= report.task_calls * 9,
+        "too few calls ran as tasks\n{context}"
+    );
+    assert_eq!(
+        report.tasks_terminal, report.tasks_created,
+        "tasks not terminal in tasks/get\n{context}"
+    );
     assert!(
         completed_share >= MIN_COMPLETED,
         "only {:.2} % of calls completed\n{context}",

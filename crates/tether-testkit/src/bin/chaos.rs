@@ -19,6 +19,7 @@ usage: tether-chaos [options]
 
   --calls N                 calls in total (default 400)
   --concurrency C           concurrent workers, half through tether's client, half raw (default 12)
+  --task-workers T          workers besides those whose calls run as 2026-07-28 tasks (default 4)
   --seed S                  seed (default: $CHAOS_SEED, else random); printed at start
   --store memory|sqlite|redis
                             the server's store (default memory); sqlite: the server is killed
@@ -72,6 +73,10 @@ fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Option<ChaosC
             "--concurrency" => {
                 let v: usize = value(&mut args, &flag)?;
                 sets.push(Box::new(move |c| c.concurrency = v.max(1)));
+            }
+            "--task-workers" => {
+                let v: usize = value(&mut args, &flag)?;
+                sets.push(Box::new(move |c| c.task_workers = v));
             }
             "--retry-ms" => {
                 let v: u64 = value(&mut args, &flag)?;

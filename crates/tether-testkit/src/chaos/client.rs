@@ -41,6 +41,41 @@ pub(super) fn client_config(config: &ChaosConfig) -> ClientConfig {
 #[derive(Default)]
 pub(super) struct LossClock(Mutex<Option<Instant>>);
 
+impl LossClock {
+    /// A new call: no loss yet.
+    pub(super) fn reset(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// A message reached the application: the time since the loss, if there was one, is a
+    /// resume latency.
+    pub(super) fn resumed(&self, ctx: &Ctx) {
+        if let Some(lost_at) = self.0.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            ctx.tally.latency(lost_at);
+        }
+    }
+}
+
+/// Counts `client`'s reconnects and starts the loss clock at the first of each loss.
+pub(super) fn watch_reconnects(
+    ctx: &Arc<Ctx>,
+    client: &Client,
+    clock: &Arc<LossClock>,
+) -> tokio::task::JoinHandle<()> {
+    let mut events = client.events();
+    let clock = Arc::clone(clock);
+    let ctx = Arc::clone(ctx);
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            if let tether::client::ClientEvent::Reconnecting { .. } = event {
+                ctx.tally.reconnects.fetch_add(1, Ordering::SeqCst);
+                let mut at = clock.0.lock().unwrap_or_else(PoisonError::into_inner);
+                at.get_or_insert_with(Instant::now);
+            }
+        }
+    })
+}
+
 pub(super) async fn client_worker(ctx: Arc<Ctx>, worker: usize) -> anyhow::Result<()> {
     let mut attempts = 0;
     let client = loop {
@@ -52,22 +87,9 @@ pub(super) async fn client_worker(ctx: Arc<Ctx>, worker: usize) -> anyhow::Resul
         }
     };
     let clock = Arc::new(LossClock::default());
-    let watcher = {
-        let mut events = client.events();
-        let clock = Arc::clone(&clock);
-        let ctx = Arc::clone(&ctx);
-        tokio::spawn(async move {
-            while let Some(event) = events.recv().await {
-                if let tether::client::ClientEvent::Reconnecting { .. } = event {
-                    ctx.tally.reconnects.fetch_add(1, Ordering::SeqCst);
-                    let mut at = clock.0.lock().unwrap_or_else(PoisonError::into_inner);
-                    at.get_or_insert_with(Instant::now);
-                }
-            }
-        })
-    };
+    let watcher = watch_reconnects(&ctx, &client, &clock);
     while let Some((call, mut tracker)) = take_call(&ctx, &ctx.tally.client_calls).await {
-        *clock.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        clock.reset();
         let outcome =
             within_deadline(&ctx, client_call(&ctx, &client, &clock, call, &mut tracker)).await;
         finish(&ctx, call.index, "client", &tracker, outcome);
@@ -85,41 +107,50 @@ pub(super) async fn client_call(
     call: Call,
     tracker: &mut Tracker,
 ) -> Outcome {
-    let Call { index, n, .. } = call;
-    let arguments = call.arguments();
-    let mut call = match client.call_tool("count", arguments).await {
-        Ok(call) => call,
+    let mut stream = match client.call_tool("count", call.arguments()).await {
+        Ok(stream) => stream,
         Err(error) => return Outcome::BeforeStream(format!("{error:#}")),
     };
-    while let Some(item) = call.next().await {
-        if let Some(lost_at) = clock
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            ctx.tally.latency(lost_at);
-        }
+    while let Some(item) = stream.next().await {
+        clock.resumed(ctx);
         match item {
-            Ok(ToolCallItem::Progress { progress, .. }) => tracker.progress(progress as u64),
-            Ok(ToolCallItem::Response(Response::Result(result))) => {
-                check_result(ctx, index, n, &result.result);
-                return Outcome::Completed;
-            }
-            Ok(ToolCallItem::Response(Response::Error(error))) => {
-                let object = &error.error;
-                let data = object.data.clone().unwrap_or(Value::Null);
-                return error_outcome(
-                    &json!({"code": object.code, "message": object.message, "data": data}),
-                );
-            }
-            Ok(other) => {
-                return Outcome::Untyped(format!("unexpected item {other:?}"));
+            Ok(item) => {
+                if let Some(outcome) = client_outcome(ctx, call, tracker, item) {
+                    return outcome;
+                }
             }
             Err(error) => return client_error(error, tracker),
         }
     }
     Outcome::Untyped("the call's stream ended without a response".to_owned())
+}
+
+/// Checks one item of a `count` call: progress goes to the tracker; the response ends the
+/// call with its outcome.
+pub(super) fn client_outcome(
+    ctx: &Ctx,
+    call: Call,
+    tracker: &mut Tracker,
+    item: ToolCallItem,
+) -> Option<Outcome> {
+    match item {
+        ToolCallItem::Progress { progress, .. } => {
+            tracker.progress(progress as u64);
+            None
+        }
+        ToolCallItem::Response(Response::Result(result)) => {
+            check_result(ctx, call.index, call.n, &result.result);
+            Some(Outcome::Completed)
+        }
+        ToolCallItem::Response(Response::Error(error)) => {
+            let object = &error.error;
+            let data = object.data.clone().unwrap_or(Value::Null);
+            Some(error_outcome(
+                &json!({"code": object.code, "message": object.message, "data": data}),
+            ))
+        }
+        other => Some(Outcome::Untyped(format!("unexpected item {other:?}"))),
+    }
 }
 
 pub(super) fn client_error(error: ClientError, tracker: &Tracker) -> Outcome {

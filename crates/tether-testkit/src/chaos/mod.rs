@@ -8,7 +8,9 @@
 //! through tether's client library ([`tether::client::Client::call_tool`]), which resumes on
 //! its own; the other half use the [raw reader](crate::raw), which does its own GET +
 //! `Last-Event-ID` resumes here, so that a server bug cannot hide behind the client's
-//! deduplication.
+//! deduplication. Task workers ([`ChaosConfig::task_workers`]) call through tether's client
+//! pinned to 2026-07-28, so each call runs as a task read with `tasks/stream`; every task they
+//! learned of must end in a terminal status `tasks/get` shows ([`Report::tasks_lost`]).
 //!
 //! The proxy draws, per connection, one of cut, reset, stall and truncate at a byte (or
 //! event) offset spread over a typical stream, and slows some connections; a background task
@@ -38,8 +40,8 @@
 //! failed within the budget.
 //!
 //! It owns the workload, the checks and the report; the faults are the proxy's, the process
-//! handling the launcher's. The two kinds of worker are modules of their own: `client`
-//! (through tether's client) and `raw` (the raw reader and its own resumes). Exact replay of a run needs more than the seed (the interleaving
+//! handling the launcher's. The three kinds of worker are modules of their own: `client`
+//! (through tether's client), `raw` (the raw reader and its own resumes) and `task` (tasks). Exact replay of a run needs more than the seed (the interleaving
 //! of concurrent connections decides which connection gets which draw), but the seed fixes
 //! every draw, every call's parameters and the refusal and kill schedule.
 
@@ -64,9 +66,11 @@ use crate::redis::{RedisOptions, RedisServer};
 
 mod client;
 mod raw;
+mod task;
 
 use client::client_worker;
 use raw::raw_worker;
+use task::task_worker;
 
 /// A fresh random seed, for runs that were given none (the proxy's).
 pub use crate::proxy::random_seed;
@@ -146,6 +150,9 @@ pub struct ChaosConfig {
     /// Workers, each with its own session, running one call at a time; even workers use
     /// tether's client, odd ones the raw reader.
     pub concurrency: usize,
+    /// Workers besides those, each a client pinned to 2026-07-28 whose calls run as tasks
+    /// read with `tasks/stream` (the `task` module).
+    pub task_workers: usize,
     /// The seed of every draw.
     pub seed: u64,
     /// The store of `tether serve`.
@@ -190,12 +197,14 @@ pub struct ChaosConfig {
 }
 
 impl ChaosConfig {
-    /// A bounded run: 400 calls of 50..=300 events, 12 workers, `retry` 20 ms.
+    /// A bounded run: 400 calls of 50..=300 events, 12 workers and 4 task workers, `retry`
+    /// 20 ms.
     #[must_use]
     pub fn new(store: Store, seed: u64) -> Self {
         Self {
             calls: 400,
             concurrency: 12,
+            task_workers: 4,
             seed,
             store,
             retry_ms: 20,
@@ -279,6 +288,21 @@ pub struct Report {
     pub client_calls: u64,
     /// Of which through the raw reader.
     pub raw_calls: u64,
+    /// Of which as 2026-07-28 tasks.
+    pub task_calls: u64,
+    /// Tasks whose id a task call learned (its `CreateTaskResult` arrived).
+    pub tasks_created: u64,
+    /// Of which `tasks/get` showed in a terminal status matching what the call delivered.
+    pub tasks_terminal: u64,
+    /// Of those, completed.
+    pub tasks_completed: u64,
+    /// Failed (`server_restarted`, a store outage).
+    pub tasks_failed: u64,
+    /// Cancelled.
+    pub tasks_cancelled: u64,
+    /// Tasks `tasks/get` no longer knew, still running past the deadline, or whose status
+    /// contradicted the call's outcome: violations.
+    pub tasks_lost: u64,
     /// Calls that delivered 1..n and `counted n`.
     pub completed: u64,
     /// Calls that failed with a typed error after their stream existed (a gap-free prefix).
@@ -352,10 +376,12 @@ impl Report {
         self.completed as f64 / calls as f64
     }
 
-    /// Broken promises: lost, duplicated, reordered, hung, bad results, untyped failures.
+    /// Broken promises: lost, duplicated, reordered, hung, bad results, untyped failures,
+    /// lost tasks.
     #[must_use]
     pub fn violations(&self) -> u64 {
-        self.lost
+        self.tasks_lost
+            + self.lost
             + self.duplicated
             + self.reordered
             + self.hung
@@ -395,10 +421,11 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  calls {} (client {}, raw {}), completed {} ({:.2} %; {:.2} % excluding restart and outage orphans)",
+            "  calls {} (client {}, raw {}, task {}), completed {} ({:.2} %; {:.2} % excluding restart and outage orphans)",
             self.calls,
             self.client_calls,
             self.raw_calls,
+            self.task_calls,
             self.completed,
             self.completed_share() * 100.0,
             self.completed_share_excluding_restarts() * 100.0
@@ -412,6 +439,16 @@ impl fmt::Display for Report {
             self.failed_store_outage,
             self.failed_untyped,
             self.hung
+        )?;
+        writeln!(
+            f,
+            "  tasks created {}, terminal in tasks/get {} (completed {}, failed {}, cancelled {}), lost {}",
+            self.tasks_created,
+            self.tasks_terminal,
+            self.tasks_completed,
+            self.tasks_failed,
+            self.tasks_cancelled,
+            self.tasks_lost
         )?;
         writeln!(
             f,
@@ -515,6 +552,13 @@ struct Tally {
     calls: AtomicU64,
     client_calls: AtomicU64,
     raw_calls: AtomicU64,
+    task_calls: AtomicU64,
+    tasks_created: AtomicU64,
+    tasks_terminal: AtomicU64,
+    tasks_completed: AtomicU64,
+    tasks_failed: AtomicU64,
+    tasks_cancelled: AtomicU64,
+    tasks_lost: AtomicU64,
     completed: AtomicU64,
     failed_typed: AtomicU64,
     failed_before_stream: AtomicU64,
@@ -603,12 +647,13 @@ impl Call {
 /// Setup failures, with the proxy's report where there is one.
 pub async fn run(config: ChaosConfig) -> anyhow::Result<Report> {
     println!(
-        "chaos: seed {} (replay with {SEED_ENV}={}), store {}, {} calls, {} workers",
+        "chaos: seed {} (replay with {SEED_ENV}={}), store {}, {} calls, {} workers, {} task workers",
         config.seed,
         config.seed,
         config.store.name(),
         config.calls,
-        config.concurrency
+        config.concurrency,
+        config.task_workers
     );
     let bin = match &config.tether_bin {
         Some(path) => path.clone(),
@@ -756,6 +801,10 @@ async fn run_against(
             }
         });
     }
+    for worker in 0..ctx.config.task_workers {
+        let ctx = Arc::clone(&ctx);
+        workers.spawn(task_worker(ctx, worker));
+    }
     let mut setup_error = None;
     while let Some(joined) = workers.join_next().await {
         match joined {
@@ -835,6 +884,13 @@ async fn run_against(
         calls: get(&t.calls),
         client_calls: get(&t.client_calls),
         raw_calls: get(&t.raw_calls),
+        task_calls: get(&t.task_calls),
+        tasks_created: get(&t.tasks_created),
+        tasks_terminal: get(&t.tasks_terminal),
+        tasks_completed: get(&t.tasks_completed),
+        tasks_failed: get(&t.tasks_failed),
+        tasks_cancelled: get(&t.tasks_cancelled),
+        tasks_lost: get(&t.tasks_lost),
         completed: get(&t.completed),
         failed_typed: get(&t.failed_typed),
         failed_before_stream: get(&t.failed_before_stream),
