@@ -161,13 +161,6 @@ async fn answer(
         return Ok(Err(unknown_task()));
     };
     let ack = || json!({"resultType": "complete"});
-    let known = |known: bool| {
-        if known {
-            Ok(ack())
-        } else {
-            Err(unknown_task())
-        }
-    };
     Ok(match method {
         "tasks/get" => match state.tasks.get(&id, principal).await? {
             Some(record) => Ok(detailed(&record)),
@@ -187,9 +180,19 @@ async fn answer(
                     )));
                 }
             };
-            known(state.tasks.answer(&id, principal, responses).await?)
+            if state.tasks.answer(&id, principal, responses).await? {
+                Ok(ack())
+            } else {
+                Err(unknown_task())
+            }
         }
-        _ => known(state.tasks.cancel(&id, principal).await?),
+        _ => {
+            if state.tasks.cancel(&id, principal).await? {
+                Ok(ack())
+            } else {
+                Err(unknown_task())
+            }
+        }
     })
 }
 
