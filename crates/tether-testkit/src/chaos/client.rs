@@ -90,8 +90,11 @@ pub(super) async fn client_worker(ctx: Arc<Ctx>, worker: usize) -> anyhow::Resul
     let watcher = watch_reconnects(&ctx, &client, &clock);
     while let Some((call, mut tracker)) = take_call(&ctx, &ctx.tally.client_calls).await {
         clock.reset();
-        let outcome =
-            within_deadline(&ctx, client_call(&ctx, &client, &clock, call, &mut tracker)).await;
+        let outcome = within_deadline(
+            &ctx,
+            client_call(&ctx, &client, &clock, call, &mut tracker, &mut None),
+        )
+        .await;
         finish(&ctx, call.index, "client", &tracker, outcome);
     }
     watcher.abort();
@@ -100,18 +103,24 @@ pub(super) async fn client_worker(ctx: Arc<Ctx>, worker: usize) -> anyhow::Resul
     Ok(())
 }
 
+/// One `count` call through `client`, checked item by item; `task` gets the id of the task
+/// the call runs as, once the server answered with one.
 pub(super) async fn client_call(
     ctx: &Ctx,
     client: &Client,
     clock: &LossClock,
     call: Call,
     tracker: &mut Tracker,
+    task: &mut Option<String>,
 ) -> Outcome {
     let mut stream = match client.call_tool("count", call.arguments()).await {
         Ok(stream) => stream,
         Err(error) => return Outcome::BeforeStream(format!("{error:#}")),
     };
     while let Some(item) = stream.next().await {
+        if task.is_none() {
+            *task = stream.task_id().map(str::to_owned);
+        }
         clock.resumed(ctx);
         match item {
             Ok(item) => {
@@ -127,7 +136,7 @@ pub(super) async fn client_call(
 
 /// Checks one item of a `count` call: progress goes to the tracker; the response ends the
 /// call with its outcome.
-pub(super) fn client_outcome(
+fn client_outcome(
     ctx: &Ctx,
     call: Call,
     tracker: &mut Tracker,
@@ -153,12 +162,18 @@ pub(super) fn client_outcome(
     }
 }
 
-pub(super) fn client_error(error: ClientError, tracker: &Tracker) -> Outcome {
+fn client_error(error: ClientError, tracker: &Tracker) -> Outcome {
     let text = format!("{error:#} ({error:?})");
     match error {
         // The session died with its node; the client has already made a new one.
         ClientError::SessionExpired => Outcome::ServerRestarted,
         ClientError::NotResumable if tracker.max == 0 => Outcome::BeforeStream(text),
+        // 2026-07-28: `tools/call` is not repeated, so a cut before `CreateTaskResult` leaves
+        // nothing to follow; a task the server forgot is lost.
+        ClientError::MayHaveRun { .. } => Outcome::BeforeStream(text),
+        ClientError::UnknownTask { task_id } => {
+            Outcome::Untyped(format!("the server forgot task {task_id}"))
+        }
         ClientError::Protocol(_) => Outcome::Untyped(text),
         _ => Outcome::Typed(text),
     }

@@ -15,11 +15,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tether::client::{Client, Error as ClientError, ProtocolChoice};
+use tether::client::{Client, ProtocolChoice};
 use tether::proto::jsonrpc::Response;
 use tether::proto::version::ProtocolVersion;
 
-use super::client::{LossClock, client_config, client_error, client_outcome, watch_reconnects};
+use super::client::{LossClock, client_call, client_config, watch_reconnects};
 use super::{Ctx, Outcome, finish, setup_failed, take_call, within_deadline};
 
 /// How often a task that outlived its call is polled.
@@ -42,33 +42,11 @@ pub(super) async fn task_worker(ctx: Arc<Ctx>, worker: usize) -> anyhow::Result<
     let watcher = watch_reconnects(&ctx, &client, &clock);
     while let Some((call, mut tracker)) = take_call(&ctx, &ctx.tally.task_calls).await {
         clock.reset();
-        let mut task = None;
-        let outcome = within_deadline(&ctx, async {
-            let mut stream = match client.call_tool("count", call.arguments()).await {
-                Ok(stream) => stream,
-                Err(error) => return Outcome::BeforeStream(format!("{error:#}")),
-            };
-            loop {
-                let item = stream.next().await;
-                if task.is_none() {
-                    task = stream.task_id().map(str::to_owned);
-                }
-                match item {
-                    Some(Ok(item)) => {
-                        clock.resumed(&ctx);
-                        if let Some(outcome) = client_outcome(&ctx, call, &mut tracker, item) {
-                            break outcome;
-                        }
-                    }
-                    Some(Err(error)) => break task_error(error, &tracker),
-                    None => {
-                        break Outcome::Untyped(
-                            "the call's stream ended without a response".to_owned(),
-                        );
-                    }
-                }
-            }
-        })
+        let mut task: Option<String> = None;
+        let outcome = within_deadline(
+            &ctx,
+            client_call(&ctx, &client, &clock, call, &mut tracker, &mut task),
+        )
         .await;
         if let Some(task) = task {
             check_task(&ctx, &client, call.index, &task, outcome.as_ref()).await;
@@ -77,18 +55,6 @@ pub(super) async fn task_worker(ctx: Arc<Ctx>, worker: usize) -> anyhow::Result<
     }
     watcher.abort();
     Ok(())
-}
-
-/// How a task call that failed with a client error ended.
-fn task_error(error: ClientError, tracker: &super::Tracker) -> Outcome {
-    match error {
-        // `tools/call` is not repeated: a cut before `CreateTaskResult` leaves nothing to follow.
-        ClientError::MayHaveRun { .. } => Outcome::BeforeStream(format!("{error:#}")),
-        ClientError::UnknownTask { task_id } => {
-            Outcome::Untyped(format!("the server forgot task {task_id}"))
-        }
-        other => client_error(other, tracker),
-    }
 }
 
 /// Polls `tasks/get` for `task` until it is terminal (at most the call deadline), and checks
