@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 use tether_proto::jsonrpc::{Message, Notification, Request, Response};
 
-use super::{Client, Error, MessageStream, ResumptionToken};
+use super::{Client, Error, MessageStream, ResumptionToken, TaskHandle};
 
 /// Distinguishes the progress tokens of one process's calls.
 static NEXT_PROGRESS_TOKEN: AtomicU64 = AtomicU64::new(1);
@@ -166,6 +166,22 @@ impl ToolCall {
         self.stream.task_id()
     }
 
+    /// A handle on the task this call runs as, once the server answered with one: its
+    /// [`status`](TaskHandle::status), [`cancel`](TaskHandle::cancel), or its outcome from
+    /// another place. The call's own stream goes on delivering the task's events.
+    #[must_use]
+    pub fn task(&self) -> Option<TaskHandle> {
+        let task = self.stream.task_id()?;
+        let token = self.stream.resumption_token()?;
+        Some(TaskHandle::new(
+            self.client.clone(),
+            task.to_owned(),
+            token.request_id?,
+            token.last_event_id.parse().ok(),
+            None,
+        ))
+    }
+
     /// The client this call runs on.
     #[must_use]
     pub fn client(&self) -> &Client {
@@ -181,17 +197,24 @@ impl Client {
     ///
     /// What sending failed with; later failures arrive as the call's items.
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<ToolCall, Error> {
-        let token = format!(
-            "tether-{}-{}",
-            std::process::id(),
-            NEXT_PROGRESS_TOKEN.fetch_add(1, Ordering::Relaxed)
-        );
-        let params = json!({
-            "name": name,
-            "arguments": arguments,
-            "_meta": {"progressToken": token},
-        });
-        let stream = self.request("tools/call", Some(params)).await?;
+        let stream = self
+            .request("tools/call", Some(tool_call_params(name, arguments)))
+            .await?;
         Ok(ToolCall::new(self.clone(), stream))
     }
+}
+
+/// `tools/call`'s params for tool `name` with `arguments`, asking for progress under a token
+/// no other call of this process uses.
+pub(super) fn tool_call_params(name: &str, arguments: Value) -> Value {
+    let token = format!(
+        "tether-{}-{}",
+        std::process::id(),
+        NEXT_PROGRESS_TOKEN.fetch_add(1, Ordering::Relaxed)
+    );
+    json!({
+        "name": name,
+        "arguments": arguments,
+        "_meta": {"progressToken": token},
+    })
 }

@@ -111,6 +111,21 @@ pub enum Error {
         /// The task's id.
         task_id: String,
     },
+    /// Tasks are not on offer: the client speaks the 2025 era, its
+    /// [`ClientConfig::tasks`](super::ClientConfig::tasks) is off, or the server does not
+    /// advertise `what` in `server/discover`.
+    #[error("the server does not offer {what}")]
+    TasksNotOffered {
+        /// What is missing.
+        what: &'static str,
+    },
+    /// [`Client::call_tool_as_task`](super::Client::call_tool_as_task): the server ran the
+    /// call directly instead of as a task (the tool does not run as one); its answer is here.
+    #[error("the server answered the call directly, not with a task")]
+    NotATask {
+        /// The server's answer.
+        response: Box<tether_proto::jsonrpc::Response>,
+    },
     /// The request was cancelled by the application (a 2026-07-28 request's connection is
     /// dropped, which the server takes as the cancellation).
     #[error("the request was cancelled")]

@@ -20,7 +20,8 @@
 //! [`Client::call_tool`] wraps `tools/call` with a progress token ([`ToolCall`]); a
 //! [`ResumptionToken`] saved by [`ClientConfig::on_resumption_token`] serializes, and
 //! [`Client::resume`] in a new process reattaches to its session and stream and delivers the
-//! rest of the call.
+//! rest of the call. [`Client::call_tool_as_task`] hands a task's [`TaskHandle`] to the
+//! application instead (status, wait, events), and [`Client::resume_task`] rebuilds it.
 //!
 //! Server→client requests: `ping` is answered by the client itself; set
 //! [`ClientConfig::request_handler`] (a [`ServerRequestHandler`]) to answer the others
@@ -51,6 +52,7 @@ mod modern;
 mod resume;
 mod session;
 mod stream;
+mod task_handle;
 mod tasks;
 mod tls;
 mod transport;
@@ -77,6 +79,7 @@ pub use events::{ClientEvent, ClientEvents};
 pub use handler::ServerRequestHandler;
 pub use modern::MAX_INPUT_ROUNDS;
 pub use stream::{MessageStream, ResumptionToken};
+pub use task_handle::{TaskEvent, TaskEvents, TaskHandle, TaskState, TaskStatus};
 
 pub(crate) use session::Inner;
 use session::{read_body, response_kind};

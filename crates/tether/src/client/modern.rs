@@ -281,18 +281,9 @@ impl Inner {
         tx: &mpsc::Sender<Delivery>,
     ) -> Result<RpcResponse, Error> {
         let response = self.modern_rounds(method, params, tx).await?;
-        let RpcResponse::Result(result) = &response else {
-            return Ok(response);
-        };
-        let created = &result.result;
-        match (created["resultType"].as_str(), created["taskId"].as_str()) {
-            (Some("task"), Some(task)) => {
-                let poll = created["pollIntervalMs"]
-                    .as_u64()
-                    .map(std::time::Duration::from_millis);
-                self.follow_task(task, poll, None, tx).await
-            }
-            _ => Ok(response),
+        match super::tasks::created_task(&response) {
+            Some((task, poll)) => self.follow_task(&task, poll, None, tx).await,
+            None => Ok(response),
         }
     }
 

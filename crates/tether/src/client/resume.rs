@@ -2,7 +2,8 @@
 //! [`Client::resume`] rebuilds a client on the token's session (no `initialize`: the server
 //! still has the session) and reattaches to the request's stream with GET + `Last-Event-ID`,
 //! delivering the rest of the call: the events after the token's cursor, then the response.
-//! A token that names a task (2026-07-28) is followed as a task instead (the `tasks` module).
+//! A token that names a task (2026-07-28) is followed as a task instead (the `tasks` module);
+//! [`Client::resume_task`] hands such a token back as a [`TaskHandle`](super::TaskHandle).
 
 use std::sync::Arc;
 
@@ -52,7 +53,7 @@ impl Client {
             Error::Config("the token is for the standalone stream, not a request".to_owned())
         })?;
         if let Some(task) = &token.task_id {
-            return Self::resume_task(url, token, task, request_id, config).await;
+            return Self::resume_task_call(url, token, task, request_id, config).await;
         }
         let inner = Inner::build(url, config, RESUMED_ID_BASE)?;
         inner.transport.update_session(|s| {
@@ -79,7 +80,7 @@ impl Client {
 
     /// A token naming a task: a 2026-07-28 client (after `server/discover`) that follows the
     /// task after the token's seq; `tools/call` is never sent again.
-    async fn resume_task(
+    async fn resume_task_call(
         url: &str,
         token: &ResumptionToken,
         task: &str,
@@ -88,12 +89,7 @@ impl Client {
     ) -> Result<(Self, MessageStream), Error> {
         config.protocol = ProtocolChoice::Version(ProtocolVersion::MODERN);
         config.tasks = true;
-        let after = match token.last_event_id.as_str() {
-            "" => None,
-            seq => Some(seq.parse::<u64>().map_err(|_| {
-                Error::Config(format!("the token's task seq {seq:?} is not a number"))
-            })?),
-        };
+        let after = super::task_handle::token_seq(token)?;
         let client = Self::connect(url, config).await?;
         let (tx, rx) = mpsc::channel(client.inner.config.stream_buffer.max(1));
         tokio::spawn(Arc::clone(&client.inner).task_exchange(

@@ -202,6 +202,12 @@ impl MessageStream {
         last.ok_or_else(|| Error::Protocol("stream ended without a response".to_owned()))
     }
 
+    /// The event id of the message last returned by [`next`](Self::next), until it is
+    /// committed.
+    pub(super) fn pending_event_id(&self) -> Option<&str> {
+        self.uncommitted.as_deref()
+    }
+
     /// Starts the committed cursor at a resumed token's event id, so that
     /// [`resumption_token`](Self::resumption_token) has it before the first new commit.
     pub(crate) fn with_committed(mut self, last_event_id: &str) -> Self {

@@ -78,12 +78,12 @@ impl Inner {
             }
         };
         let (record, ()) = tokio::try_join!(self.await_task(task, poll), events)?;
-        Ok(outcome(&record))
+        Ok(outcome(&record, RequestId::from(0_u64)))
     }
 
     /// One task request (`tasks/get`, `tasks/update`) to its result; an error answer is
     /// [`Error::UnknownTask`] when it says so, else [`Error::Protocol`].
-    async fn task_request(
+    pub(super) async fn task_request(
         self: &Arc<Self>,
         method: &str,
         params: Value,
@@ -108,7 +108,7 @@ impl Inner {
 
     /// Polls `tasks/get` until the task is terminal, answering its questions; its last
     /// `DetailedTask`.
-    async fn await_task(
+    pub(super) async fn await_task(
         self: &Arc<Self>,
         task: &str,
         poll: Option<Duration>,
@@ -155,7 +155,7 @@ impl Inner {
 
     /// Reads task `task`'s events with `tasks/stream` after `after` until the stream answers,
     /// asking again after each cut (module docs).
-    async fn stream_task_events(
+    pub(super) async fn stream_task_events(
         self: &Arc<Self>,
         task: &str,
         after: Option<u64>,
@@ -299,14 +299,29 @@ fn names_unknown_task(error: &ErrorObject) -> bool {
     error.code == tether_proto::jsonrpc::INVALID_PARAMS && error.message == "unknown task"
 }
 
-/// A terminal task as the final response of its call (module docs).
-fn outcome(record: &Value) -> RpcResponse {
-    let id = RequestId::from(0_u64);
+/// The task a response creates (a `CreateTaskResult`: `resultType` `task`): its id and the
+/// poll interval it suggests.
+pub(super) fn created_task(response: &RpcResponse) -> Option<(String, Option<Duration>)> {
+    let RpcResponse::Result(result) = response else {
+        return None;
+    };
+    let created = &result.result;
+    match (created["resultType"].as_str(), created["taskId"].as_str()) {
+        (Some("task"), Some(task)) => Some((
+            task.to_owned(),
+            created["pollIntervalMs"].as_u64().map(Duration::from_millis),
+        )),
+        _ => None,
+    }
+}
+
+/// A terminal task as the final response of its call under `id` (module docs).
+pub(super) fn outcome(record: &Value, id: RequestId) -> RpcResponse {
     match record["status"].as_str() {
         Some("completed") => RpcResponse::success(id, record["result"].clone()),
         Some("failed") => {
             // The stored error object, parsed the way any error response is.
-            let response = json!({"jsonrpc": "2.0", "id": 0, "error": record["error"]});
+            let response = json!({"jsonrpc": "2.0", "id": &id, "error": record["error"]});
             match Message::from_value(response) {
                 Ok(Message::Response(response @ RpcResponse::Error(_))) => response,
                 _ => RpcResponse::error(Some(id), ErrorObject::new(-32603, "the task failed")),

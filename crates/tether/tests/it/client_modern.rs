@@ -6,7 +6,8 @@
 //! again; run as a task, it survives cuts and resumes from its token in a new client; a
 //! `notifications/cancelled` drops the request's connection, which the server's handler sees
 //! as cancellation; `server_messages` is a `subscriptions/listen` stream that is opened again
-//! after a cut.
+//! after a cut; a `TaskHandle` (`call_tool_as_task`, `resume_task`) reads a task's events
+//! once each through cuts, waits for its outcome, cancels it, and refusals are typed.
 
 use std::time::Duration;
 
@@ -234,6 +235,113 @@ async fn a_modern_call_runs_as_a_task_through_cuts_and_resumes_from_its_token() 
         let (rest, result) = drain(stream).await;
         assert_eq!(rest, (76..=150).collect::<Vec<_>>());
         assert_eq!(result.unwrap(), "counted 150");
+    })
+    .await
+    .unwrap();
+}
+
+/// `call_tool_as_task` hands the task to the application: its events arrive through
+/// `events()` once each, in seq order, across cuts (each carrying one progress notification);
+/// `wait()` gives the outcome and `status()` says it completed. A handle rebuilt in a new
+/// client from a token committed halfway reads only the events after it.
+#[tokio::test]
+async fn a_task_handle_reads_events_through_cuts_waits_and_resumes_from_a_token() {
+    use tether::client::{TaskEvent, TaskState};
+    let server = start_demo_server().await;
+    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(2500).with_jitter(1000));
+    let proxy = FaultProxy::start(server.addr, plan).await.unwrap();
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = Client::connect(&proxy.url_for("/mcp"), modern_config())
+            .await
+            .unwrap();
+        let task = client
+            .call_tool_as_task("count", json!({"n": 120, "interval_ms": 2}))
+            .await
+            .unwrap();
+        assert_eq!(task.task_id().len(), 22, "{}", task.task_id());
+        let mut events = task.events().unwrap();
+        let mut seqs = Vec::new();
+        let mut progress = Vec::new();
+        let mut halfway = None;
+        while let Some(event) = events.next().await {
+            let TaskEvent { seq, message, .. } = event.unwrap();
+            seqs.push(seq);
+            let Message::Notification(n) = message else {
+                panic!("a task event carries a notification: {message:?}")
+            };
+            assert_eq!(n.method, "notifications/progress");
+            progress.push(n.params.unwrap()["progress"].as_u64().unwrap());
+            if seq == 60 {
+                events.ack();
+                halfway = events.resumption_token();
+                assert_eq!(events.last_committed(), Some(60));
+            }
+        }
+        assert_eq!(seqs, (0..120).collect::<Vec<_>>(), "{}", proxy.report());
+        assert_eq!(progress, (1..=120).collect::<Vec<_>>());
+        assert!(proxy.counters().cuts >= 1, "{}", proxy.report());
+        let outcome = task.wait().await.unwrap();
+        let tether::proto::jsonrpc::Response::Result(result) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(result.result["content"][0]["text"], "counted 120");
+        assert_eq!(task.status().await.unwrap().state, TaskState::Completed);
+
+        let halfway = halfway.unwrap();
+        assert_eq!(halfway.task_id.as_deref(), Some(task.task_id()));
+        let resumed = Client::resume_task(&server.url, &halfway, modern_config())
+            .await
+            .unwrap();
+        let mut rest = resumed.events().unwrap();
+        let mut seqs = Vec::new();
+        while let Some(event) = rest.next().await {
+            seqs.push(event.unwrap().seq);
+        }
+        assert_eq!(seqs, (61..120).collect::<Vec<_>>());
+        assert!(!resumed.wait().await.unwrap().is_error());
+    })
+    .await
+    .unwrap();
+}
+
+/// A cancelled task ends `cancelled`, its outcome an error saying so; a tool that does not run
+/// as a task is `NotATask` with its answer; a legacy-era client has no tasks to offer.
+#[tokio::test]
+async fn a_task_handle_cancels_and_refusals_are_typed() {
+    use tether::client::TaskState;
+    let server = start_demo_server().await;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = Client::connect(&server.url, modern_config()).await.unwrap();
+        let task = client
+            .call_tool_as_task("count", json!({"n": 10_000, "interval_ms": 10}))
+            .await
+            .unwrap();
+        let status = task.status().await.unwrap();
+        assert!(!status.state.is_terminal(), "{status:?}");
+        task.cancel().await.unwrap();
+        let outcome = task.wait().await.unwrap();
+        let tether::proto::jsonrpc::Response::Error(error) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(error.error.data.unwrap()["reason"], "cancelled");
+        assert_eq!(task.status().await.unwrap().state, TaskState::Cancelled);
+
+        let direct = client
+            .call_tool_as_task("echo", json!({"text": "hi"}))
+            .await
+            .unwrap_err();
+        let Error::NotATask { response } = direct else {
+            panic!("{direct:?}")
+        };
+        assert!(!response.is_error(), "{response:?}");
+
+        let legacy = Client::connect(&server.url, fast_config(Duration::from_millis(50)))
+            .await
+            .unwrap();
+        assert!(matches!(
+            legacy.call_tool_as_task("count", json!({"n": 1})).await,
+            Err(Error::TasksNotOffered { .. })
+        ));
     })
     .await
     .unwrap();
