@@ -32,7 +32,7 @@
 # once, with redis-server's own CPU use).
 # Then 2026-07-28 round trips (`tether bench roundtrip`, 1 and 50 clients, RT_SECONDS each)
 # against each tether store and rmcp's stateless server (`rmcp_modern`: interop/rmcp,
-# `--era modern`, built by scripts/peers.sh).
+# `--era modern`, built by scripts/peers.sh); and `tether bench tasks` on each tether store.
 # Environment: N (50000), RUNS (3), C (50), FANOUT_N (200), BIG_C (1000), IDLE (1000), RT_SECONDS (3),
 # SKIP (space-separated targets to leave out), BEFORE (an older `tether` binary: served as
 # the target `before` with the store BEFORE_STORE (sqlite, memory or redis; default sqlite)
@@ -358,6 +358,13 @@ for name in sqlite memory redis rmcp_modern; do
     bench "$name" roundtrip --url "${!url_var}" -c 1,50 --seconds "$RT_SECONDS"
   fi
 done
+# Tasks (creation latency, tasks/get calls/s, tasks/stream events/s) on each tether store.
+for name in sqlite memory redis; do
+  url_var=URL_$name
+  if [ -n "${!url_var:-}" ]; then
+    bench "$name" tasks --url "${!url_var}" -c "$C" --seconds "$RT_SECONDS"
+  fi
+done
 
 # tether_only NAME BINARY STORE: resume, big fanout and idle (on a fresh server, so its RSS
 # is that of an unused process) against one tether build and store.
@@ -469,6 +476,11 @@ for clients in (1, 50):
     for name in ["sqlite", "memory", "redis"]:
         if rate(name, "roundtrip", key) and rate("rmcp_modern", "roundtrip", key):
             print(f"roundtrip {name}/rmcp, {clients} client(s): {rate(name, 'roundtrip', key) / rate('rmcp_modern', 'roundtrip', key):.2f}x (target >= 2x)")
+print()
+for name in ["sqlite", "memory", "redis"]:
+    r = load(name, "tasks")
+    if r and r.get("ok"):
+        print(f"tasks on {name}: create p50 {r['create_p50_ms']:.2f} ms, p99 {r['create_p99_ms']:.2f} ms; tasks/get {r['gets_per_sec']:,.0f} calls/s ({r['get_clients']} pollers); tasks/stream {r['stream_live_events_per_sec']:,.0f} events/s live, {r['stream_replay_events_per_sec']:,.0f} replayed")
 print()
 if before:
     print(f"before = {before}, store {before_store}")

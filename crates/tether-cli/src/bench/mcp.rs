@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
-use tether::proto::modern::{DISCOVER, add_envelope};
+use tether::proto::modern::{DISCOVER, TASKS_EXTENSION, add_envelope};
 use tether::proto::version::ProtocolVersion;
 use tether::sse::{Decoder, Item};
 
@@ -201,6 +201,8 @@ impl Session {
 pub(crate) struct Stateless {
     http: reqwest::Client,
     url: String,
+    /// The envelope's `clientCapabilities`.
+    capabilities: Value,
 }
 
 impl Stateless {
@@ -209,6 +211,7 @@ impl Stateless {
         let client = Self {
             http: http.clone(),
             url: url.to_owned(),
+            capabilities: json!({}),
         };
         let response = client
             .post(DISCOVER, None, json!({}))
@@ -231,13 +234,41 @@ impl Stateless {
         Ok(client)
     }
 
+    /// The same client declaring the tasks extension in every request, so that a tool that
+    /// may run as a task does.
+    pub(crate) fn declaring_tasks(mut self) -> Self {
+        self.capabilities = json!({"extensions": {TASKS_EXTENSION: {}}});
+        self
+    }
+
+    /// Sends `method` with `params` and `name` as `Mcp-Name`; the response, once it is a 200
+    /// (not read yet).
+    pub(crate) async fn send(
+        &self,
+        method: &str,
+        name: Option<&str>,
+        params: Value,
+    ) -> anyhow::Result<reqwest::Response> {
+        let response = self
+            .post(method, name, params)
+            .send()
+            .await
+            .with_context(|| format!("POST {method}"))?;
+        ensure!(
+            response.status() == reqwest::StatusCode::OK,
+            "{method} answered {}",
+            response.status()
+        );
+        Ok(response)
+    }
+
     /// A POST of `method` with `params` (gaining the envelope) and `name` as `Mcp-Name`.
     fn post(&self, method: &str, name: Option<&str>, mut params: Value) -> reqwest::RequestBuilder {
         let client_info = json!({"name": "tether-bench", "version": env!("CARGO_PKG_VERSION")});
         add_envelope(
             &mut params,
             ProtocolVersion::MODERN,
-            &json!({}),
+            &self.capabilities,
             &client_info,
         );
         let id = REQUEST_IDS.fetch_add(1, Ordering::Relaxed);
@@ -263,17 +294,7 @@ impl Stateless {
             "arguments": {"n": n, "interval_ms": 0},
             "_meta": {"progressToken": TOKEN},
         });
-        let response = self
-            .post("tools/call", Some("count"), params)
-            .send()
-            .await
-            .context("POST tools/call count")?;
-        ensure!(
-            response.status() == reqwest::StatusCode::OK,
-            "tools/call count answered {}",
-            response.status()
-        );
-        Ok(response)
+        self.send("tools/call", Some("count"), params).await
     }
 }
 
@@ -290,7 +311,7 @@ fn post(http: &reqwest::Client, url: &str, session: Option<&str>) -> reqwest::Re
 }
 
 /// The first JSON-RPC message of a response, SSE or JSON.
-async fn first_message(mut response: reqwest::Response) -> anyhow::Result<Value> {
+pub(crate) async fn first_message(mut response: reqwest::Response) -> anyhow::Result<Value> {
     if !is_event_stream(&response) {
         let body = response.bytes().await?;
         return Ok(serde_json::from_slice(&body)?);
@@ -309,7 +330,7 @@ async fn first_message(mut response: reqwest::Response) -> anyhow::Result<Value>
     bail!("the response ended without a message")
 }
 
-fn is_event_stream(response: &reqwest::Response) -> bool {
+pub(crate) fn is_event_stream(response: &reqwest::Response) -> bool {
     response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
@@ -456,7 +477,7 @@ fn check_result(message: &Value, n: u64, tally: &Tally) -> anyhow::Result<()> {
 /// The `progress` of a `notifications/progress` message, found without parsing the whole
 /// message (the reader's hot path); `None` for any other message. Peers serialize it as an
 /// integer or a float (`1.0`).
-fn progress_value(data: &str) -> Option<u64> {
+pub(crate) fn progress_value(data: &str) -> Option<u64> {
     if !data.contains("notifications/progress") {
         return None;
     }

@@ -4,7 +4,7 @@
 //!
 //! The bench is a process of its own that reaches the server by URL (`--url`), or starts
 //! `tether serve --bind 127.0.0.1:0 --store memory` beside itself (`--spawn`, the default
-//! without `--url`). Scenarios:
+//! without `--url`; `--store` picks another store). Scenarios:
 //!
 //! - `throughput`: one `count` stream, n events, no interval: events/s end to end.
 //! - `fanout`: C concurrent sessions, each streaming: aggregate events/s, then event latency
@@ -16,6 +16,8 @@
 //! - `store`: append and replay events/s per event-store backend, in process.
 //! - `roundtrip`: 2026-07-28 `tools/call` round trips per second (stateless `count` calls,
 //!   no session), with 1 and with 50 concurrent clients by default.
+//! - `tasks`: the tasks extension's costs: task creation latency (p50/p99), `tasks/get`
+//!   calls/s with C pollers, and `tasks/stream` events/s, live and replayed.
 //! - `chaos ARGS…`: runs the `tether-chaos` binary.
 //!
 //! A result counts only when every event arrived: each stream is checked for progress
@@ -26,6 +28,7 @@ mod mcp;
 mod scenarios;
 mod spawn;
 mod store;
+mod tasks;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -55,6 +58,8 @@ enum Scenario {
     Store(StoreArgs),
     /// 2026-07-28 `tools/call` round trips per second, with each number of concurrent clients.
     Roundtrip(RoundtripArgs),
+    /// Tasks: creation latency, `tasks/get` calls/s, `tasks/stream` events/s.
+    Tasks(TasksArgs),
     /// Run the `tether-chaos` fault-injection binary with these arguments.
     Chaos(ChaosArgs),
 }
@@ -77,10 +82,13 @@ struct Target {
     /// The MCP endpoint of a running server with the `count` tool.
     #[arg(long, value_name = "URL", conflicts_with = "spawn")]
     url: Option<String>,
-    /// Start `tether serve --bind 127.0.0.1:0 --store memory` for the run (the default
+    /// Start `tether serve --bind 127.0.0.1:0 --store STORE` for the run (the default
     /// without --url).
     #[arg(long)]
     spawn: bool,
+    /// The spawned server's `--store` (`memory`, `sqlite:PATH`, `redis://HOST:PORT[/DB]`).
+    #[arg(long, value_name = "STORE", default_value = "memory", conflicts_with = "url")]
+    store: String,
     #[command(flatten)]
     output: Output,
 }
@@ -192,6 +200,27 @@ struct RoundtripArgs {
 }
 
 #[derive(Debug, Args)]
+struct TasksArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Tasks created one after another, each timed to its `CreateTaskResult`.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    creations: u64,
+    /// Concurrent `tasks/get` pollers.
+    #[arg(long, short = 'c', default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    clients: u64,
+    /// Seconds the pollers poll for (after a warm-up of a fifth of it).
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Events of the task whose stream is read.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    events: u64,
+    /// Streams read (each live, then replayed); the medians are reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    runs: u64,
+}
+
+#[derive(Debug, Args)]
 // `--help` goes to `tether-chaos` too (`tether bench help chaos` shows this command's).
 #[command(disable_help_flag = true)]
 struct ChaosArgs {
@@ -286,6 +315,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Scenario::Idle(a) => ("idle", a.target.output.json),
         Scenario::Store(a) => ("store", a.output.json),
         Scenario::Roundtrip(a) => ("roundtrip", a.target.output.json),
+        Scenario::Tasks(a) => ("tasks", a.target.output.json),
         Scenario::Chaos(_) => unreachable!("handled above"),
     };
     let outcome = runtime.block_on(async {
@@ -325,6 +355,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 let server = Server::resolve(&a.target)?;
                 scenarios::roundtrip(server.url(), &a.clients, a.seconds, a.n).await
             }
+            Scenario::Tasks(a) => {
+                anyhow::ensure!(
+                    a.seconds > 0.0 && a.seconds.is_finite(),
+                    "--seconds must be a positive number"
+                );
+                let server = Server::resolve(&a.target)?;
+                tasks::run(
+                    server.url(),
+                    a.creations,
+                    a.clients,
+                    a.seconds,
+                    a.events,
+                    a.runs,
+                )
+                .await
+            }
             Scenario::Chaos(_) => unreachable!("handled above"),
         }
     });
@@ -362,7 +408,7 @@ impl Server {
     fn resolve(target: &Target) -> anyhow::Result<Self> {
         match &target.url {
             Some(url) => Ok(Self::Remote(url.clone())),
-            None => spawn::SpawnedServer::start().map(Self::Spawned),
+            None => spawn::SpawnedServer::start(&target.store).map(Self::Spawned),
         }
     }
 

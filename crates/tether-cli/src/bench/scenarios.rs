@@ -32,16 +32,16 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// A histogram of latencies in microseconds, from 1 µs to an hour, 3 significant digits.
-fn latency_histogram() -> Histogram<u64> {
+pub(super) fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
 
-fn micros(d: Duration) -> u64 {
+pub(super) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 
 #[allow(clippy::cast_precision_loss)] // microseconds of a bench run
-fn quantile_ms(histogram: &Histogram<u64>, q: f64) -> f64 {
+pub(super) fn quantile_ms(histogram: &Histogram<u64>, q: f64) -> f64 {
     histogram.value_at_quantile(q) as f64 / 1e3
 }
 

@@ -47,7 +47,7 @@ pub(crate) fn sibling_binary(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// A `tether serve --bind 127.0.0.1:0 --store memory` started for one bench run, stopped
+/// A `tether serve --bind 127.0.0.1:0 --store STORE` started for one bench run, stopped
 /// (SIGTERM, then SIGKILL) when dropped.
 #[derive(Debug)]
 pub(crate) struct SpawnedServer {
@@ -57,19 +57,19 @@ pub(crate) struct SpawnedServer {
 
 impl SpawnedServer {
     /// Starts the server from the running executable's directory and waits for its ready line.
-    pub(crate) fn start() -> anyhow::Result<Self> {
+    pub(crate) fn start(store: &str) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("finding the running executable")?;
         let tether = exe
             .parent()
             .map(|dir| dir.join("tether"))
             .filter(|path| path.is_file())
             .unwrap_or(exe);
-        Self::start_binary(&tether)
+        Self::start_binary(&tether, store)
     }
 
-    fn start_binary(tether: &Path) -> anyhow::Result<Self> {
+    fn start_binary(tether: &Path, store: &str) -> anyhow::Result<Self> {
         let mut child = Command::new(tether)
-            .args(["serve", "--bind", "127.0.0.1:0", "--store", "memory"])
+            .args(["serve", "--bind", "127.0.0.1:0", "--store", store])
             // Room for what the scenarios ask of it: `idle` with 10 000 sessions and streams,
             // `resume` with 100 000 stored events (the defaults would refuse both).
             .args([

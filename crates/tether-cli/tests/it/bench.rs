@@ -2,7 +2,9 @@
 //! spawned `tether serve` reports all its events and a rate; a server that drops an event, and
 //! a URL that is not an MCP server, fail with exit code 1 and say why; `roundtrip` reports
 //! calls per second and latencies for each client count, and refuses a server without
-//! 2026-07-28. No timing assertions.
+//! 2026-07-28; `tasks` reports creation latency, `tasks/get` calls/s and `tasks/stream`
+//! events/s on the memory and SQLite stores, and fails on a server whose task stream loses an
+//! event or that does not run `count` as a task. No timing assertions.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -130,6 +132,91 @@ fn roundtrip_against_a_server_without_2026_07_28_fails_clearly() {
     assert_eq!(code, Some(1), "{report}");
     let error = report["error"].as_str().unwrap();
     assert!(error.contains("does not serve 2026-07-28"), "{error}");
+}
+
+#[test]
+fn tasks_against_spawned_servers_reports_creation_polling_and_stream_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite:{}", dir.path().join("tasks.db").display());
+    for store in ["memory", sqlite.as_str()] {
+        let (code, report) = bench(&[
+            "tasks",
+            "--spawn",
+            "--store",
+            store,
+            "--creations",
+            "10",
+            "-c",
+            "3",
+            "--seconds",
+            "0.3",
+            "--events",
+            "300",
+            "--runs",
+            "1",
+            "--json",
+        ]);
+        assert_eq!(code, Some(0), "{store}: {report}");
+        assert_eq!(report["scenario"], "tasks");
+        let value = |key: &str| report[key].as_f64().unwrap_or_else(|| panic!("{key}: {report}"));
+        assert!(value("create_p50_ms") > 0.0 && value("create_p50_ms") <= value("create_p99_ms"));
+        assert!(value("get_p50_ms") <= value("get_p99_ms"), "{report}");
+        for key in [
+            "gets_per_sec",
+            "stream_live_events_per_sec",
+            "stream_replay_events_per_sec",
+        ] {
+            assert!(value(key) > 0.0, "{store}: {key}: {report}");
+        }
+        assert_eq!(report["stream_events"], 300);
+    }
+}
+
+#[test]
+fn tasks_fails_when_a_task_stream_loses_an_event_or_count_is_no_task() {
+    let url = serve_in_background(|stream, body| fake_task_server(stream, &body, true));
+    let args = ["--creations", "1", "--seconds", "0.1", "--events", "5", "--runs", "1", "--json"];
+    let (code, report) = bench(&[&["tasks", "--url", &url][..], &args[..]].concat());
+    assert_eq!(code, Some(1), "{report}");
+    let error = report["error"].as_str().unwrap();
+    assert!(error.contains("events lost or repeated"), "{error}");
+
+    let url = serve_in_background(|stream, body| fake_task_server(stream, &body, false));
+    let (code, report) = bench(&[&["tasks", "--url", &url][..], &args[..]].concat());
+    assert_eq!(code, Some(1), "{report}");
+    let error = report["error"].as_str().unwrap();
+    assert!(error.contains("did not run as a task"), "{error}");
+}
+
+/// A 2026-07-28 server: `server/discover`; `tools/call` answers with a task (`tasks` true) or
+/// a plain result; `tasks/get` says completed; `tasks/stream` sends seq 0, 1, 3 (seq 2 lost).
+fn fake_task_server(mut stream: TcpStream, body: &str, tasks: bool) {
+    let id: Value = serde_json::from_str::<Value>(body).unwrap()["id"].clone();
+    let answer = |result: &str| format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
+    if body.contains("server/discover") {
+        let result = r#"{"resultType":"complete","supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"0"}}"#;
+        respond(&mut stream, "200 OK", "application/json", &[], &answer(result));
+    } else if body.contains("tools/call") && tasks {
+        let result = r#"{"resultType":"task","taskId":"t","status":"working"}"#;
+        respond(&mut stream, "200 OK", "application/json", &[], &answer(result));
+    } else if body.contains("tools/call") {
+        let result = r#"{"resultType":"complete","content":[{"type":"text","text":"counted 1"}]}"#;
+        respond(&mut stream, "200 OK", "application/json", &[], &answer(result));
+    } else if body.contains("tasks/get") {
+        let result = r#"{"resultType":"complete","taskId":"t","status":"completed"}"#;
+        respond(&mut stream, "200 OK", "application/json", &[], &answer(result));
+    } else {
+        let mut sse = String::new();
+        for seq in [0, 1, 3] {
+            let event = format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/tasks/event","params":{{"payload":{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"bench","progress":{}}}}},"seq":{seq},"taskId":"t","type":"dev.tether.progress"}}}}"#,
+                seq + 1
+            );
+            sse.push_str(&format!("data: {event}\n\n"));
+        }
+        sse.push_str(&format!("data: {}\n\n", answer(r#"{"resultType":"complete"}"#)));
+        respond(&mut stream, "200 OK", "text/event-stream", &[], &sse);
+    }
 }
 
 /// Serves each connection on a thread with `handle(stream, request body)`, one request per
