@@ -77,8 +77,9 @@ pub(crate) struct CallArgs {
     /// Give up reconnecting after this long (testing; the default budget is 300 s).
     #[arg(long, value_name = "SECS", hide = true)]
     reconnect_budget_secs: Option<u64>,
-    /// The protocol era: `legacy` (2025, sessions), `auto` (probe `server/discover` and keep
-    /// the era in which the call survives a cut) or a version such as `2026-07-28`.
+    /// The protocol era: `legacy` (2025, sessions), `auto` (probe `server/discover` and pick
+    /// the era in which the call survives a cut: 2026-07-28 with tasks where the server offers
+    /// task streams, else the 2025 era where it is served) or a version such as `2026-07-28`.
     #[arg(
         long,
         value_name = "ERA",

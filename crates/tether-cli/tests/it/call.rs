@@ -310,10 +310,11 @@ async fn auto_against_a_2026_only_server_exits_3_when_the_call_is_cut() {
     );
 }
 
-/// Spawns a slow `count` writing `token_file`, reads its stdout until the token file has
-/// advanced past a few events, then SIGKILLs it. Returns the progress values it printed.
+/// Spawns a slow `count` in the 2025 era (a session; `auto` would run it as a task with
+/// tether's server) writing `token_file`, reads its stdout until the token file has advanced
+/// past a few events, then SIGKILLs it. Returns the progress values it printed.
 async fn kill_after_token_advanced(url: &str, n: u64, token_file: &Path) -> Vec<u64> {
-    kill_after_token_advanced_with(url, n, token_file, &[]).await
+    kill_after_token_advanced_with(url, n, token_file, &["--protocol", "legacy"]).await
 }
 
 /// [`kill_after_token_advanced`] with `extra` arguments for `tether call`.

@@ -242,8 +242,9 @@ async fn a_lost_session_is_reinitialized_and_announced() -> anyhow::Result<()> {
         .args(["--retry-ms", "50", "--store", "memory"])
         .start()
         .await?;
+    // Sessions are the 2025 era's (`auto` would run the call as a task with this server).
     let mut bridge = Command::new(tether_bin()?)
-        .args(["connect", server.url()])
+        .args(["connect", server.url(), "--protocol", "legacy"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -29,6 +29,9 @@ pub(super) fn client_config(config: &ChaosConfig) -> ClientConfig {
     };
     reconnect.idle_timeout = config.idle_timeout;
     let mut client = ClientConfig::default();
+    // The client workers are the 2025 era's (sessions, `Last-Event-ID`); the task workers
+    // pin 2026-07-28 themselves.
+    client.protocol = tether::client::ProtocolChoice::Legacy;
     client.reconnect = reconnect;
     client.request_timeout = Duration::from_secs(5);
     client.connect_timeout = Duration::from_secs(2);

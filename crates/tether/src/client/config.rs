@@ -61,8 +61,9 @@ pub enum ProtocolChoice {
     /// The 2025 era only: `initialize` at [`ClientConfig::protocol_version`], no probe.
     Legacy,
     /// The default. Probe `server/discover` and speak the era in which a call survives a
-    /// cut: the legacy era when the server also serves a 2025 version (or does not answer the
-    /// probe as a 2026-07-28 server), else 2026-07-28.
+    /// cut: 2026-07-28 when the server offers tasks with event streams (and
+    /// [`ClientConfig::tasks`] is on); else the legacy era when the server also serves a 2025
+    /// version (or does not answer the probe as a 2026-07-28 server); else 2026-07-28.
     #[default]
     Auto,
     /// Exactly this version: a 2025 version is [`Legacy`](Self::Legacy) at that version;

@@ -2,12 +2,15 @@
 //! that era.
 //!
 //! [`Inner::choose_era`] follows [`ProtocolChoice`]: `Legacy` initializes; a pinned 2026-07-28
-//! requires `server/discover` to answer; `Auto` probes `server/discover` and keeps the legacy
-//! era when the server also serves a 2025 version (it lists one, or answers the probe as a
-//! legacy server does: a 4xx or 5xx, a JSON-RPC error, no JSON; or it lists 2026-07-28 alone
-//! but accepts an `initialize` all the same), since only there does a call survive a cut
-//! without tasks; a server that serves 2026-07-28 alone is spoken to in its era. A probe
-//! lost on the network is retried with the reconnect backoff, not taken as an answer.
+//! requires `server/discover` to answer; `Auto` probes `server/discover` and picks the era in
+//! which a call survives a cut: 2026-07-28 when the server offers the tasks extension with
+//! its event streams (and [`ClientConfig::tasks`](super::ClientConfig::tasks) is on), since a
+//! call there runs as a task whose events are read again after a cut; else the legacy era
+//! when the server also serves a 2025 version (it lists one, or answers the probe as a legacy
+//! server does: a 4xx or 5xx, a JSON-RPC error, no JSON; or it lists 2026-07-28 alone but
+//! accepts an `initialize` all the same), since there a session resumes a cut stream; a
+//! server that serves 2026-07-28 alone is spoken to in its era. A probe lost on the network
+//! is retried with the reconnect backoff, not taken as an answer.
 //!
 //! A modern request is stateless: [`Inner::modern_exchange`] POSTs it with the `_meta`
 //! envelope and the SEP-2243 headers and reads its JSON or SSE answer, handing the messages
@@ -43,6 +46,13 @@ use tokio::sync::mpsc;
 use super::session::{Inner, read_body, response_kind};
 use super::stream::Delivery;
 use super::{ClientEvent, Error, ProtocolChoice};
+
+/// Whether a `server/discover` result offers the tasks extension with its event streams.
+fn offers_task_streams(discovered: &Value) -> bool {
+    discovered["capabilities"]["extensions"][TASKS_EXTENSION]
+        .get("eventStreams")
+        .is_some()
+}
 
 /// Rounds of `input_required` one request may take before the client gives up: a server that
 /// keeps asking after every answer is broken, and a person answers a handful at most.
@@ -88,6 +98,11 @@ impl Inner {
         };
         match self.discover().await? {
             Some(result) if pinned => Ok(Chosen::Modern(result)),
+            // A call runs as a task whose events are read again after a cut: it survives the
+            // cut in this era, progress included.
+            Some(result) if self.config.tasks && offers_task_streams(&result) => {
+                Ok(Chosen::Modern(result))
+            }
             Some(result) => {
                 let lists_legacy = result["supportedVersions"]
                     .as_array()

@@ -138,6 +138,8 @@ async fn reconnects_wait_the_servers_retry() {
     // The client's own first backoff step is far from 500 ms, so that waiting it instead of
     // `retry` would be caught.
     let mut client_config = ClientConfig::default();
+    // `retry` is the 2025 era's SSE reconnection (auto would pick tasks with this server).
+    client_config.protocol = tether::client::ProtocolChoice::Legacy;
     client_config.reconnect.backoff.base = Duration::from_millis(50);
     let (progress, result) = tokio::time::timeout(TEST_TIMEOUT, async {
         let client = Client::connect(&url, client_config).await.unwrap();

@@ -1,7 +1,8 @@
 //! tether's client in the 2026-07-28 era against the tether server (first steps of the
 //! modern client): `ProtocolChoice::Version(2026-07-28)` speaks stateless requests after
 //! `server/discover`, a `count` call's progress arrives once each, in order, then the result;
-//! `Auto` (the default) against a server that also serves 2025 keeps the legacy era; a call cut
+//! `Auto` (the default) picks 2026-07-28 with tasks against a server offering task streams and
+//! keeps the legacy era with tasks off; a call cut
 //! before its answer (not run as a task) fails with `Error::MayHaveRun` instead of being sent
 //! again; run as a task, it survives cuts and resumes from its token in a new client; a
 //! `notifications/cancelled` drops the request's connection, which the server's handler sees
@@ -45,11 +46,27 @@ async fn a_client_pinned_to_2026_07_28_calls_count_statelessly() {
     .unwrap();
 }
 
+/// `auto` (the default) with a dual-era server that offers task streams speaks 2026-07-28,
+/// where a call runs as a task; with tasks off it keeps the legacy era, where a session
+/// resumes a cut stream.
 #[tokio::test]
-async fn auto_keeps_the_legacy_era_with_a_dual_era_server() {
+async fn auto_picks_tasks_with_a_server_offering_task_streams_else_the_legacy_era() {
     let server = start_demo_server().await;
-    let config = fast_config(Duration::from_millis(50));
+    let mut config = fast_config(Duration::from_millis(50));
+    config.protocol = ClientConfig::default().protocol;
     assert_eq!(config.protocol, ProtocolChoice::Auto, "the default");
+    let client = Client::connect(&server.url, config.clone()).await.unwrap();
+    assert!(client.is_modern());
+    assert_eq!(client.session_id(), None);
+    let mut call = client
+        .call_tool("count", json!({"n": 3, "interval_ms": 1}))
+        .await
+        .unwrap();
+    let first = call.next().await.unwrap().unwrap();
+    assert!(call.task_id().is_some(), "ran as a task: {first:?}");
+    assert!(!call.response().await.unwrap().is_error());
+
+    config.tasks = false;
     let client = Client::connect(&server.url, config).await.unwrap();
     assert!(!client.is_modern());
     assert!(client.session_id().is_some(), "a 2025 session");

@@ -155,7 +155,7 @@ async fn json_answers_and_the_standalone_stream() {
     config.json_response = true;
     let server = start_server(config, Arc::new(DemoHandler::new())).await;
     let addr = server.addr;
-    let client = Client::connect(&format!("http://{addr}/mcp"), ClientConfig::default())
+    let client = Client::connect(&format!("http://{addr}/mcp"), legacy_config())
         .await
         .unwrap();
     let mut standalone = client.server_messages().unwrap();
@@ -198,13 +198,18 @@ async fn close_deletes_the_session() {
     let server = start_server(ServerConfig::default(), Arc::new(DemoHandler::new())).await;
     let addr = server.addr;
     let url = format!("http://{addr}/mcp");
-    let client = Client::connect(&url, ClientConfig::default())
-        .await
-        .unwrap();
+    let client = Client::connect(&url, legacy_config()).await.unwrap();
     let session = client.session_id().unwrap();
     client.close().await.unwrap();
     let http = reqwest_free_probe(addr, &session).await;
     assert!(http.starts_with("HTTP/1.1 404"), "{http}");
+}
+
+/// The 2025 era, which these tests are about (`auto` picks 2026-07-28 with this server).
+fn legacy_config() -> ClientConfig {
+    let mut config = ClientConfig::default();
+    config.protocol = tether::client::ProtocolChoice::Legacy;
+    config
 }
 
 /// A raw POST with the closed session's id, read with the test kit's raw client.

@@ -37,6 +37,9 @@ pub(crate) async fn start_server(config: ServerConfig, handler: Arc<dyn Handler>
 /// A client that backs off from `base` up to 500 ms, so reconnect-heavy tests stay short.
 pub(crate) fn fast_config(base: Duration) -> ClientConfig {
     let mut config = ClientConfig::default();
+    // These tests are of the 2025 era; `auto` would pick 2026-07-28 with tether's server,
+    // which offers task streams (tests of `auto` set it themselves).
+    config.protocol = tether::client::ProtocolChoice::Legacy;
     config.reconnect.backoff.base = base;
     config.reconnect.backoff.cap = Duration::from_millis(500);
     config
