@@ -54,7 +54,7 @@ use tether_proto::jsonrpc::{
 };
 use tether_proto::version::ProtocolVersion;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::process::{ChildStdin, Command};
+use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +75,35 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// How long a child may take to exit after its stdin closed before its process group is
 /// killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// Bytes in flight each way between the gateway and an in-process server.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// What the gateway's children are.
+#[derive(Clone)]
+pub(crate) enum Launch {
+    /// A process running [`GatewayConfig::program`], spoken to over its stdio.
+    Process,
+    /// A server in this process, spoken to over a byte pipe with the same framing.
+    InProcess(Arc<dyn InProcessServer>),
+}
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Process => "Process",
+            Self::InProcess(_) => "InProcess",
+        })
+    }
+}
+
+/// A server the gateway runs in this process, one per session or principal, as it would run
+/// a stdio child: JSON-RPC lines in, JSON-RPC lines out.
+pub(crate) trait InProcessServer: Send + Sync {
+    /// Starts one server on `io` and returns the task serving it, which ends when the
+    /// server is done (its input reached end-of-file, or it failed).
+    fn serve(&self, io: tokio::io::DuplexStream) -> tokio::task::JoinHandle<()>;
+}
 
 /// The server→client requests a 2026-07-28 client answers, as `input_required` questions.
 const QUESTION_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
@@ -112,6 +141,8 @@ impl GatewayConfig {
 #[derive(Debug)]
 pub struct StdioGateway {
     config: GatewayConfig,
+    /// What a child is: a process running `config.program`, or a server in this process.
+    launch: Launch,
     /// The legacy sessions' children, one per session.
     children: Mutex<HashMap<SessionId, Arc<Child>>>,
     /// The 2026-07-28 era's children, one per principal, each started on first use.
@@ -135,8 +166,15 @@ impl StdioGateway {
     /// A gateway that will run `config.program` for each session.
     #[must_use]
     pub fn new(config: GatewayConfig) -> Self {
+        Self::launching(config, Launch::Process)
+    }
+
+    /// A gateway whose children are started by `launch` (the rmcp adapter's in-process
+    /// servers); `config.program` and `config.args` are not used by an in-process launch.
+    pub(crate) fn launching(config: GatewayConfig, launch: Launch) -> Self {
         Self {
             config,
+            launch,
             children: Mutex::new(HashMap::new()),
             principals: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -168,7 +206,7 @@ impl StdioGateway {
             dead.child.stop();
         }
         let owner = Owner::Principal(Arc::from(principal));
-        let child = Child::spawn(&self.config, owner).map_err(|error| {
+        let child = Child::spawn(&self.launch, &self.config, owner).map_err(|error| {
             tracing::error!(principal, %error, "cannot start the stdio server");
             gateway_error(format!("cannot start the stdio server: {error}"))
         })?;
@@ -298,7 +336,7 @@ impl Handler for StdioGateway {
     ) -> Result<Value, ErrorObject> {
         let id = session.session_id().clone();
         let child =
-            Child::spawn(&self.config, Owner::Session(session.clone())).map_err(|error| {
+            Child::spawn(&self.launch, &self.config, Owner::Session(session.clone())).map_err(|error| {
                 tracing::error!(session = %id, %error, "cannot start the stdio server");
                 gateway_error(format!("cannot start the stdio server: {error}"))
             })?;
@@ -422,9 +460,39 @@ impl std::fmt::Debug for Child {
 }
 
 impl Child {
-    /// Starts the process and the tasks that feed its stdin, read its stdout and stderr, and
-    /// reap it.
-    fn spawn(config: &GatewayConfig, owner: Owner) -> std::io::Result<Arc<Self>> {
+    /// Starts the child as `launch` says, and the tasks that feed its input, read its output
+    /// (and a process's stderr), and reap it.
+    fn spawn(launch: &Launch, config: &GatewayConfig, owner: Owner) -> std::io::Result<Arc<Self>> {
+        let Launch::InProcess(server) = launch else {
+            return Self::spawn_process(config, owner);
+        };
+        let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
+        let serving = server.serve(theirs);
+        let (output, input) = tokio::io::split(ours);
+        let child = Self::new(owner);
+        let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+        let child = Arc::new(Self { stdin: tx, ..child });
+        tracing::info!(session = %child.owner, "in-process server started");
+        tokio::spawn(feed_stdin(input, rx, child.stop.clone()));
+        tokio::spawn(Arc::clone(&child).read_stdout(BufReader::new(output), config.max_line_bytes));
+        tokio::spawn(Arc::clone(&child).reap_in_process(serving));
+        Ok(child)
+    }
+
+    /// A child of `owner` not yet connected to anything (its input queue closed).
+    fn new(owner: Owner) -> Self {
+        let (stdin, _) = mpsc::channel(1);
+        Self {
+            owner,
+            stdin,
+            routing: Mutex::new(Routing::default()),
+            stop: CancellationToken::new(),
+            exited: CancellationToken::new(),
+        }
+    }
+
+    /// [`spawn`](Self::spawn) for a process.
+    fn spawn_process(config: &GatewayConfig, owner: Owner) -> std::io::Result<Arc<Self>> {
         let mut command = Command::new(&config.program);
         command
             .args(&config.args)
@@ -445,11 +513,8 @@ impl Child {
         };
         let (tx, rx) = mpsc::channel(STDIN_QUEUE);
         let child = Arc::new(Self {
-            owner,
             stdin: tx,
-            routing: Mutex::new(Routing::default()),
-            stop: CancellationToken::new(),
-            exited: CancellationToken::new(),
+            ..Self::new(owner)
         });
         let id = child.owner.to_string();
         tracing::info!(session = %id, pid = process.id(), "stdio server started");
@@ -794,6 +859,32 @@ impl Child {
     }
 }
 
+impl Child {
+    /// [`reap`](Self::reap) for an in-process server: waits for its task to end, or stops it
+    /// (its input is closed first, which ends an MCP server's loop; it is aborted after the
+    /// grace period).
+    async fn reap_in_process(self: Arc<Self>, mut serving: tokio::task::JoinHandle<()>) {
+        let ended = tokio::select! {
+            ended = &mut serving => ended,
+            () = self.stop.cancelled() => {
+                match tokio::time::timeout(EXIT_GRACE, &mut serving).await {
+                    Ok(ended) => ended,
+                    Err(_) => {
+                        serving.abort();
+                        serving.await
+                    }
+                }
+            }
+        };
+        match ended {
+            Ok(()) => tracing::info!(session = %self.owner, "in-process server ended"),
+            Err(error) => tracing::warn!(session = %self.owner, %error, "in-process server failed"),
+        }
+        let _ = self.die("it ended".to_owned());
+        self.exited.cancel();
+    }
+}
+
 /// A notification of the child's, related to `context`'s request. A log message to a
 /// 2026-07-28 request goes through [`RequestContext::log`], so the envelope's `logLevel`
 /// decides (the child never heard of it).
@@ -864,7 +955,7 @@ impl Drop for InitializeWaiter {
 /// Writes queued lines to the child's stdin until the queue closes or the child is stopped;
 /// then closes stdin, which tells a stdio server to exit.
 async fn feed_stdin(
-    mut stdin: ChildStdin,
+    mut stdin: impl tokio::io::AsyncWrite + Unpin,
     mut lines: mpsc::Receiver<Vec<u8>>,
     stop: CancellationToken,
 ) {

@@ -37,6 +37,7 @@
 //!   server.
 //! - [`stdio`]: JSON-RPC over stdio lines, read the same way by the gateway and `tether
 //!   connect`.
+//! - [`rmcp`] (feature `rmcp`): any rmcp server served through tether.
 //! - [`demo`] (feature `server`): the demo handler of `tether serve` (`count`, `echo`).
 //! - [`client`] (feature `client`): the client, whose streams resume across disconnects and
 //!   hand every server message to the application once, in order.
@@ -54,6 +55,8 @@ pub mod demo;
 mod fifo;
 #[cfg(feature = "server")]
 pub mod gateway;
+#[cfg(feature = "rmcp")]
+pub mod rmcp;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod stdio;

@@ -1,0 +1,127 @@
+//! An rmcp server, written with rmcp's API alone (its tool macros, `Peer::notify_progress`),
+//! served through tether: its streams are stored before they are sent and resume across
+//! cuts, on the store given, in both protocol eras.
+//!
+//! ```text
+//! cargo run --release -p tether --all-features --example rmcp_server -- \
+//!     --bind 127.0.0.1:0 --store memory|sqlite:PATH|redis://HOST:PORT[/DB]
+//! ```
+//!
+//! It prints `tether: serving http://HOST:PORT/mcp` once listening. Its one tool,
+//! `count {n, interval_ms}`, behaves as the demo's: n `notifications/progress` (progress 1..n,
+//! total n) for the request's progress token, `interval_ms` apart, then the text result
+//! `counted n`. Ctrl-C shuts it down gracefully.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, schemars, tool, tool_router};
+use serde::Deserialize;
+use tether::rmcp::RmcpHandler;
+use tether::server::Server;
+use tether::store::{StoreLimits, Stores};
+
+// ---- The rmcp server: nothing below knows about tether. ----
+
+/// `count`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct CountArgs {
+    /// How many progress notifications to send.
+    n: u64,
+    /// Milliseconds between them.
+    #[serde(default)]
+    interval_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Counter;
+
+#[tool_router(server_handler)]
+impl Counter {
+    #[tool(description = "Counts to n, one progress notification per step")]
+    async fn count(
+        &self,
+        Parameters(CountArgs { n, interval_ms }): Parameters<CountArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let token = context.meta.get_progress_token();
+        for i in 1..=n {
+            if let Some(token) = &token {
+                #[allow(clippy::cast_precision_loss)] // counts are far below 2^52
+                let mut progress = ProgressNotificationParam::new(token.clone(), i as f64);
+                #[allow(clippy::cast_precision_loss)]
+                {
+                    progress.total = Some(n as f64);
+                }
+                context
+                    .peer
+                    .notify_progress(progress)
+                    .await
+                    .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+            }
+            if interval_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(interval_ms)).await;
+            }
+        }
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+            "counted {n}"
+        ))]))
+    }
+}
+
+// ---- Serving it through tether. ----
+
+/// `--bind ADDR` and `--store memory|sqlite:PATH|redis://…`.
+struct Args {
+    bind: String,
+    store: String,
+}
+
+fn args() -> Result<Args, String> {
+    let mut parsed = Args {
+        bind: "127.0.0.1:8080".to_owned(),
+        store: "memory".to_owned(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--bind" => parsed.bind = value,
+            "--store" => parsed.store = value,
+            _ => return Err(format!("unknown flag {flag}; expected --bind ADDR --store STORE")),
+        }
+    }
+    Ok(parsed)
+}
+
+async fn stores(store: &str) -> Result<Stores, Box<dyn std::error::Error>> {
+    let limits = StoreLimits::default();
+    Ok(match store {
+        "memory" => Stores::memory(limits),
+        url if url.starts_with("redis://") => Stores::redis(url, limits).await?,
+        other => match other.strip_prefix("sqlite:") {
+            Some(path) => Stores::sqlite(path, limits)?,
+            None => return Err(format!("unknown store {other:?}").into()),
+        },
+    })
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = args()?;
+    let server = Server::builder(Arc::new(RmcpHandler::new(|| Counter)))
+        .stores(stores(&args.store).await?)
+        .build()
+        .await?;
+    let listener = tokio::net::TcpListener::bind(&args.bind).await?;
+    println!("tether: serving http://{}/mcp", listener.local_addr()?);
+    server
+        .serve(listener, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
