@@ -91,7 +91,11 @@ fn args() -> Result<Args, String> {
         match flag.as_str() {
             "--bind" => parsed.bind = value,
             "--store" => parsed.store = value,
-            _ => return Err(format!("unknown flag {flag}; expected --bind ADDR --store STORE")),
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag}; expected --bind ADDR --store STORE"
+                ));
+            }
         }
     }
     Ok(parsed)

@@ -335,8 +335,8 @@ impl Handler for StdioGateway {
         session: SessionContext,
     ) -> Result<Value, ErrorObject> {
         let id = session.session_id().clone();
-        let child =
-            Child::spawn(&self.launch, &self.config, Owner::Session(session.clone())).map_err(|error| {
+        let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
+            .map_err(|error| {
                 tracing::error!(session = %id, %error, "cannot start the stdio server");
                 gateway_error(format!("cannot start the stdio server: {error}"))
             })?;

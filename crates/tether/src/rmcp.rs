@@ -134,6 +134,8 @@ impl Handler for RmcpHandler {
     }
 
     async fn handle_notification(&self, notification: Notification, session: SessionContext) {
-        self.gateway.handle_notification(notification, session).await;
+        self.gateway
+            .handle_notification(notification, session)
+            .await;
     }
 }

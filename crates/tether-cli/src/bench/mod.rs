@@ -87,7 +87,12 @@ struct Target {
     #[arg(long)]
     spawn: bool,
     /// The spawned server's `--store` (`memory`, `sqlite:PATH`, `redis://HOST:PORT[/DB]`).
-    #[arg(long, value_name = "STORE", default_value = "memory", conflicts_with = "url")]
+    #[arg(
+        long,
+        value_name = "STORE",
+        default_value = "memory",
+        conflicts_with = "url"
+    )]
     store: String,
     #[command(flatten)]
     output: Output,

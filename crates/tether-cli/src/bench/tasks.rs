@@ -19,9 +19,7 @@ use serde_json::{Value, json};
 use tether::sse::{Decoder, Item};
 use tokio::task::JoinSet;
 
-use super::mcp::{
-    Stateless, first_message, http_client_builder, is_event_stream, progress_value,
-};
+use super::mcp::{Stateless, first_message, http_client_builder, is_event_stream, progress_value};
 use super::scenarios::{latency_histogram, micros, quantile_ms};
 use super::{Report, median, per_second};
 
@@ -29,7 +27,13 @@ use super::{Report, median, per_second};
 const WARM_UP_CREATIONS: u64 = 20;
 
 /// The statuses a task can be in.
-const STATUSES: [&str; 5] = ["working", "input_required", "completed", "failed", "cancelled"];
+const STATUSES: [&str; 5] = [
+    "working",
+    "input_required",
+    "completed",
+    "failed",
+    "cancelled",
+];
 
 /// Runs the scenario against `url` (module docs).
 pub(crate) async fn run(

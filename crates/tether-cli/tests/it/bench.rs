@@ -158,7 +158,11 @@ fn tasks_against_spawned_servers_reports_creation_polling_and_stream_rates() {
         ]);
         assert_eq!(code, Some(0), "{store}: {report}");
         assert_eq!(report["scenario"], "tasks");
-        let value = |key: &str| report[key].as_f64().unwrap_or_else(|| panic!("{key}: {report}"));
+        let value = |key: &str| {
+            report[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key}: {report}"))
+        };
         assert!(value("create_p50_ms") > 0.0 && value("create_p50_ms") <= value("create_p99_ms"));
         assert!(value("get_p50_ms") <= value("get_p99_ms"), "{report}");
         for key in [
@@ -175,7 +179,17 @@ fn tasks_against_spawned_servers_reports_creation_polling_and_stream_rates() {
 #[test]
 fn tasks_fails_when_a_task_stream_loses_an_event_or_count_is_no_task() {
     let url = serve_in_background(|stream, body| fake_task_server(stream, &body, true));
-    let args = ["--creations", "1", "--seconds", "0.1", "--events", "5", "--runs", "1", "--json"];
+    let args = [
+        "--creations",
+        "1",
+        "--seconds",
+        "0.1",
+        "--events",
+        "5",
+        "--runs",
+        "1",
+        "--json",
+    ];
     let (code, report) = bench(&[&["tasks", "--url", &url][..], &args[..]].concat());
     assert_eq!(code, Some(1), "{report}");
     let error = report["error"].as_str().unwrap();
@@ -195,16 +209,40 @@ fn fake_task_server(mut stream: TcpStream, body: &str, tasks: bool) {
     let answer = |result: &str| format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
     if body.contains("server/discover") {
         let result = r#"{"resultType":"complete","supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"0"}}"#;
-        respond(&mut stream, "200 OK", "application/json", &[], &answer(result));
+        respond(
+            &mut stream,
+            "200 OK",
+            "application/json",
+            &[],
+            &answer(result),
+        );
     } else if body.contains("tools/call") && tasks {
         let result = r#"{"resultType":"task","taskId":"t","status":"working"}"#;
-        respond(&mut stream, "200 OK", "application/json", &[], &answer(result));
+        respond(
+            &mut stream,
+            "200 OK",
+            "application/json",
+            &[],
+            &answer(result),
+        );
     } else if body.contains("tools/call") {
         let result = r#"{"resultType":"complete","content":[{"type":"text","text":"counted 1"}]}"#;
-        respond(&mut stream, "200 OK", "application/json", &[], &answer(result));
+        respond(
+            &mut stream,
+            "200 OK",
+            "application/json",
+            &[],
+            &answer(result),
+        );
     } else if body.contains("tasks/get") {
         let result = r#"{"resultType":"complete","taskId":"t","status":"completed"}"#;
-        respond(&mut stream, "200 OK", "application/json", &[], &answer(result));
+        respond(
+            &mut stream,
+            "200 OK",
+            "application/json",
+            &[],
+            &answer(result),
+        );
     } else {
         let mut sse = String::new();
         for seq in [0, 1, 3] {
@@ -214,7 +252,10 @@ fn fake_task_server(mut stream: TcpStream, body: &str, tasks: bool) {
             );
             sse.push_str(&format!("data: {event}\n\n"));
         }
-        sse.push_str(&format!("data: {}\n\n", answer(r#"{"resultType":"complete"}"#)));
+        sse.push_str(&format!(
+            "data: {}\n\n",
+            answer(r#"{"resultType":"complete"}"#)
+        ));
         respond(&mut stream, "200 OK", "text/event-stream", &[], &sse);
     }
 }

@@ -267,10 +267,14 @@ impl TaskEvents {
             Ok(message) => message,
             Err(error) => return Some(Err(error)),
         };
-        let seq = self.stream.pending_event_id().and_then(|id| id.parse().ok());
-        Some(seq.map(|seq| TaskEvent { seq, message }).ok_or_else(|| {
-            Error::Protocol("a task event arrived without its seq".to_owned())
-        }))
+        let seq = self
+            .stream
+            .pending_event_id()
+            .and_then(|id| id.parse().ok());
+        Some(
+            seq.map(|seq| TaskEvent { seq, message })
+                .ok_or_else(|| Error::Protocol("a task event arrived without its seq".to_owned())),
+        )
     }
 
     /// Commits the event last returned now.
@@ -331,13 +335,7 @@ impl Client {
         let _ = early.await;
         let response = answered?;
         match created_task(&response) {
-            Some((task, poll)) => Ok(TaskHandle::new(
-                self.clone(),
-                task,
-                request_id,
-                None,
-                poll,
-            )),
+            Some((task, poll)) => Ok(TaskHandle::new(self.clone(), task, request_id, None, poll)),
             None => Err(Error::NotATask {
                 response: Box::new(response),
             }),
@@ -383,8 +381,9 @@ impl Client {
 pub(super) fn token_seq(token: &ResumptionToken) -> Result<Option<u64>, Error> {
     match token.last_event_id.as_str() {
         "" => Ok(None),
-        seq => seq.parse::<u64>().map(Some).map_err(|_| {
-            Error::Config(format!("the token's task seq {seq:?} is not a number"))
-        }),
+        seq => seq
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| Error::Config(format!("the token's task seq {seq:?} is not a number"))),
     }
 }

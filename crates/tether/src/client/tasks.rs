@@ -309,7 +309,9 @@ pub(super) fn created_task(response: &RpcResponse) -> Option<(String, Option<Dur
     match (created["resultType"].as_str(), created["taskId"].as_str()) {
         (Some("task"), Some(task)) => Some((
             task.to_owned(),
-            created["pollIntervalMs"].as_u64().map(Duration::from_millis),
+            created["pollIntervalMs"]
+                .as_u64()
+                .map(Duration::from_millis),
         )),
         _ => None,
     }

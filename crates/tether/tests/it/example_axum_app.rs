@@ -3,68 +3,18 @@
 //! routes are not mounted, and `count` works end to end through tether's client; SIGINT
 //! shuts it down cleanly, and a restart on the same file serves again.
 
-use std::io::{BufRead as _, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tether::client::{Client, ClientConfig};
 use tether_testkit::raw::RawClient;
 
 use crate::support::client::{count_params, drain};
+use crate::support::example::{self, Example};
 
-/// The example binary `cargo test` built beside this one (`target/<profile>/examples`).
-fn example() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let path = profile.join("examples").join("axum_app");
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test -p tether --all-features` builds it",
-        path.display()
-    );
-    path
-}
-
-/// The running example; killed if the test ends without stopping it, so that a failing test
-/// leaves no process behind (nor a pipe that keeps the harness waiting).
-struct Example(Child);
-
-impl Drop for Example {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts the example and reads the URL from its ready line.
+/// Starts the example on the SQLite file `db`.
 fn start(db: &std::path::Path) -> (Example, String) {
-    let mut child = Command::new(example())
-        .args(["--bind", "127.0.0.1:0", "--db"])
-        .arg(db)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the example starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let child = Example(child);
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("a ready line");
-    let url = line
-        .trim()
-        .strip_prefix("tether: serving ")
-        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
-        .to_owned();
-    assert!(
-        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
-        "{url}"
-    );
-    (child, url)
+    let db = db.to_str().expect("a UTF-8 path");
+    example::start("axum_app", &["--bind", "127.0.0.1:0", "--db", db])
 }
 
 async fn get(url: &str) -> (u16, String) {

@@ -14,6 +14,13 @@ mod chaos_model;
 mod demo;
 #[cfg(all(feature = "server", feature = "sqlite", feature = "client"))]
 mod example_axum_app;
+#[cfg(all(
+    feature = "rmcp",
+    feature = "sqlite",
+    feature = "redis",
+    feature = "client"
+))]
+mod example_rmcp_server;
 
 #[cfg(all(feature = "client", feature = "server"))]
 mod client_call;

@@ -5,8 +5,10 @@
 //! - [`resume`]: reading, cutting and checking `count`-shaped streams with the raw reader.
 //! - [`client`]: what the tether client's tests share (a quickly backing-off configuration,
 //!   the demo server, reading a `count` call).
+//! - [`example`]: running the repository's examples as binaries.
 
 #[cfg(feature = "client")]
 pub(crate) mod client;
+pub(crate) mod example;
 pub(crate) mod resume;
 pub(crate) mod server;
