@@ -1,5 +1,5 @@
 //! Any rmcp server served through tether (feature `rmcp`): [`RmcpHandler`] adapts an rmcp
-//! [`ServerHandler`](::rmcp::ServerHandler) to tether's [`Handler`], so its streams are
+//! `ServerHandler` to tether's [`Handler`], so its streams are
 //! stored before they are sent and resume across cuts, on any of tether's stores, in both
 //! eras.
 //!
