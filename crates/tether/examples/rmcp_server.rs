@@ -10,7 +10,8 @@
 //! It prints `tether: serving http://HOST:PORT/mcp` once listening. Its one tool,
 //! `count {n, interval_ms}`, behaves as the demo's: n `notifications/progress` (progress 1..n,
 //! total n) for the request's progress token, `interval_ms` apart, then the text result
-//! `counted n`. Ctrl-C shuts it down gracefully.
+//! `counted n`. Ctrl-C or SIGTERM shuts it down gracefully. It logs to stderr as `tether serve` does
+//! (`RUST_LOG`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,16 +117,36 @@ async fn stores(store: &str) -> Result<Stores, Box<dyn std::error::Error>> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = args()?;
+    // Logs to stderr, filtered by RUST_LOG (warnings unless set), as `tether serve` writes them.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let server = Server::builder(Arc::new(RmcpHandler::new(|| Counter)))
         .stores(stores(&args.store).await?)
         .build()
         .await?;
     let listener = tokio::net::TcpListener::bind(&args.bind).await?;
     println!("tether: serving http://{}/mcp", listener.local_addr()?);
-    server
-        .serve(listener, async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    server.serve(listener, stop_signal()).await?;
     Ok(())
+}
+
+/// Ctrl-C or SIGTERM: open streams then end with a `retry`, so clients come back and resume.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -26,6 +26,9 @@
 //! needs no resume, so the last stream may count one cut more than there were resumes.
 //! Both SDK servers answer 404 to a request carrying a session id after its DELETE.
 //!
+//! The SDK clients run the same conversation against `crates/tether/examples/rmcp_server.rs`
+//! too: an rmcp server served through tether resumes for them exactly as `tether serve` does.
+//!
 //! `client_peers.rs` (in `tether`) keeps the tether client's harsher peer test: byte-offset
 //! cuts that can land anywhere, a dozen per call, two calls per session.
 
@@ -225,8 +228,14 @@ fn log_lines<'a>(logs: &'a str, session: &str, what: &str) -> Vec<&'a str> {
 /// Starts `tether serve` and the proxy, runs `sdk`'s client through the proxy and checks
 /// every step of the conversation.
 async fn sdk_client_against_tether_serve(sdk: SdkClient) {
-    let what = format!("{} -> proxy -> tether serve", sdk.name());
-    let mut server = tether_serve().start().await.expect("start tether serve");
+    sdk_client_against(sdk, tether_serve(), "tether serve").await;
+}
+
+/// An SDK client through the proxy to the server `spec` starts (`tether serve`, or a program
+/// that serves with tether and logs as it does), as the module docs say.
+async fn sdk_client_against(sdk: SdkClient, spec: ServerSpec, server_name: &str) {
+    let what = format!("{} -> proxy -> {server_name}", sdk.name());
+    let mut server = spec.start().await.expect("start the server");
     let (plan, fewest_cuts, most_cuts) = sdk.plan();
     let proxy = FaultProxy::start(server.addr(), plan).await.unwrap();
     let command = sdk.command(&proxy.url_for("/mcp")).unwrap();
@@ -300,7 +309,7 @@ async fn sdk_client_against_tether_serve(sdk: SdkClient) {
     let status = server.terminate().await;
     assert!(
         status.as_ref().is_ok_and(|s| s.success()),
-        "tether serve did not exit 0 on SIGTERM: {status:?}\n{context}"
+        "{server_name} did not exit 0 on SIGTERM: {status:?}\n{context}"
     );
 }
 
@@ -350,6 +359,37 @@ async fn sdk_matrix_python_client_to_tether_serve() {
 #[tokio::test]
 async fn sdk_matrix_typescript_client_to_tether_serve() {
     sdk_client_against_tether_serve(SdkClient::TypeScript).await;
+}
+
+/// `crates/tether/examples/rmcp_server.rs` (an rmcp `#[tool_router]` server served through
+/// tether) on the memory store, as `cargo test --workspace --all-features` built it, logging
+/// as `tether serve` does.
+fn rmcp_example() -> ServerSpec {
+    let tether = tether_testkit::launcher::tether_bin().expect("the tether binary");
+    let example = tether
+        .parent()
+        .expect("target/<profile>")
+        .join("examples")
+        .join("rmcp_server");
+    assert!(
+        example.is_file(),
+        "{} is missing: `cargo test --workspace --all-features` builds it",
+        example.display()
+    );
+    ServerSpec::new(example).args(["--store", "memory"]).env(
+        "RUST_LOG",
+        "warn,tether::server::endpoint=debug,tether::server::state=info",
+    )
+}
+
+#[tokio::test]
+async fn sdk_matrix_python_client_to_the_rmcp_example() {
+    sdk_client_against(SdkClient::Python, rmcp_example(), "the rmcp example").await;
+}
+
+#[tokio::test]
+async fn sdk_matrix_typescript_client_to_the_rmcp_example() {
+    sdk_client_against(SdkClient::TypeScript, rmcp_example(), "the rmcp example").await;
 }
 
 // ---------------------------------------------------------------------------------------
