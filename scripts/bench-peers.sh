@@ -24,6 +24,10 @@
 #   python   interop/python/server.py, mcp 2.3.0 with its event store
 #   raw      a raw ceiling: a minimal hyper server writing tether-shaped SSE frames encoded in
 #            64 KiB batches (target/peers/raw-ceiling, sources below); throughput only
+#   rmcp_on_rmcp, rmcp_on_tether_memory, rmcp_on_tether_sqlite  one rmcp server's code
+#            (crates/tether/examples/rmcp_server.rs, `#[tool_router]`) on rmcp's own
+#            StreamableHttpService (`--transport rmcp`, in memory) and through tether's
+#            `RmcpHandler` on the memory and SQLite stores (SKIP="rmcp_example" leaves them out)
 # Scenarios: throughput (N events, RUNS runs, median) and fanout (C sessions, FANOUT_N events
 # each unpaced, then 20 paced events 50 ms apart) against every target; then tether alone,
 # per store: resume (100 000 stored), fanout with BIG_C sessions, idle (IDLE sessions, on a
@@ -64,6 +68,11 @@ mkdir -p "$out"
 scripts/peers.sh >/dev/null
 cargo build --release -p tether-cli
 tether=target/release/tether
+# One rmcp server's code (crates/tether/examples/rmcp_server.rs) served by tether and by rmcp.
+if [[ " ${SKIP:-} " != *" rmcp_example "* ]]; then
+  cargo build --release -p tether --all-features --example rmcp_server
+fi
+rmcp_example=target/release/examples/rmcp_server
 
 # Writes $2 (stdin) to $1 only when it differs, so cargo does not rebuild an unchanged peer.
 put() {
@@ -329,6 +338,11 @@ want rmcp && start rmcp target/peers/rmcp-target/release/rmcp-peer --era legacy 
 want ts && start ts $peers/node/node_modules/node/bin/node interop/ts/server.mjs --bind 127.0.0.1:0 && targets+=(ts)
 want python && start python $peers/py/bin/python interop/python/server.py --bind 127.0.0.1:0 && targets+=(python)
 want raw && start raw $peers/raw-ceiling/target/release/raw-ceiling --bind 127.0.0.1:0 && targets+=(raw)
+if want rmcp_example; then
+  start rmcp_on_rmcp $rmcp_example --transport rmcp --bind 127.0.0.1:0 && targets+=(rmcp_on_rmcp)
+  start rmcp_on_tether_memory $rmcp_example --store memory --bind 127.0.0.1:0 && targets+=(rmcp_on_tether_memory)
+  start rmcp_on_tether_sqlite $rmcp_example --store "sqlite:$scratch/rmcp-example.db" --bind 127.0.0.1:0 && targets+=(rmcp_on_tether_sqlite)
+fi
 
 # bench NAME SCENARIO ARGS…: one scenario, JSON kept; a failure is recorded, not fatal.
 bench() {
@@ -432,10 +446,12 @@ def rate(name, scenario="throughput", key="events_per_sec"):
     r = load(name, scenario)
     return r[key] if r and r.get("ok") and r.get(key) else None
 stores = ["sqlite", "memory", "redis"]
-names = ["sqlite", "sqlite_full", "memory", "redis"] + (["before"] if before else []) + ["gateway"] + (["before_gateway"] if before else []) + ["rmcp", "ts", "python", "raw"]
+names = ["sqlite", "sqlite_full", "memory", "redis"] + (["before"] if before else []) + ["gateway"] + (["before_gateway"] if before else []) + ["rmcp", "ts", "python", "raw", "rmcp_on_rmcp", "rmcp_on_tether_memory", "rmcp_on_tether_sqlite"]
 heading = {"sqlite": "tether sqlite (default)", "sqlite_full": "tether sqlite, durability full", "memory": "tether memory", "redis": "tether redis",
            "before": f"before ({before_store})", "gateway": "tether gateway (sqlite)",
-           "before_gateway": "before gateway (sqlite)"}
+           "before_gateway": "before gateway (sqlite)",
+           "rmcp_on_rmcp": "rmcp example on rmcp's transport", "rmcp_on_tether_memory": "rmcp example on tether (memory)",
+           "rmcp_on_tether_sqlite": "rmcp example on tether (sqlite)"}
 rows = [
     ("throughput", "events_per_sec", f"throughput events/s (n={n}, median)"),
     ("throughput", "server_cpu_us_per_event", "server CPU µs per event (throughput runs)"),
@@ -462,7 +478,8 @@ print()
 # Each ratio with the target it answers (docs/PERFORMANCE.md).
 for a, b, target in [("sqlite", "memory", "0.5x"), ("sqlite", "rmcp", "3x"), ("redis", "rmcp", "2x"),
                      ("memory", "python", "20x"), ("memory", "ts", "5x"), ("memory", "rmcp", "2x"),
-                     ("memory", "raw", "0.5x")]:
+                     ("memory", "raw", "0.5x"),
+                     ("rmcp_on_tether_memory", "rmcp_on_rmcp", "3x"), ("rmcp_on_tether_sqlite", "rmcp_on_rmcp", "3x")]:
     if rate(a) and rate(b):
         print(f"throughput {a}/{b}: {rate(a) / rate(b):.2f}x (target >= {target})")
 for name in names:

@@ -10,7 +10,9 @@
 //! It prints `tether: serving http://HOST:PORT/mcp` once listening. Its one tool,
 //! `count {n, interval_ms}`, behaves as the demo's: n `notifications/progress` (progress 1..n,
 //! total n) for the request's progress token, `interval_ms` apart, then the text result
-//! `counted n`. Ctrl-C or SIGTERM shuts it down gracefully. It logs to stderr as `tether serve` does
+//! `counted n`. Ctrl-C or SIGTERM shuts it down gracefully. `--transport rmcp` serves the
+//! same server on rmcp's own `StreamableHttpService` instead (in memory), the baseline of
+//! `scripts/bench-peers.sh`'s comparison. It logs to stderr as `tether serve` does
 //! (`RUST_LOG`).
 
 use std::sync::Arc;
@@ -75,16 +77,20 @@ impl Counter {
 
 // ---- Serving it through tether. ----
 
-/// `--bind ADDR` and `--store memory|sqlite:PATH|redis://…`.
+/// `--bind ADDR`, `--store memory|sqlite:PATH|redis://…` and `--transport tether|rmcp`.
 struct Args {
     bind: String,
     store: String,
+    /// `rmcp`: the same server on rmcp's own `StreamableHttpService` (in memory, sessions),
+    /// the baseline tether's benchmark compares with.
+    rmcp_transport: bool,
 }
 
 fn args() -> Result<Args, String> {
     let mut parsed = Args {
         bind: "127.0.0.1:8080".to_owned(),
         store: "memory".to_owned(),
+        rmcp_transport: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -92,9 +98,16 @@ fn args() -> Result<Args, String> {
         match flag.as_str() {
             "--bind" => parsed.bind = value,
             "--store" => parsed.store = value,
+            "--transport" => {
+                parsed.rmcp_transport = match value.as_str() {
+                    "tether" => false,
+                    "rmcp" => true,
+                    other => return Err(format!("unknown transport {other:?}")),
+                }
+            }
             _ => {
                 return Err(format!(
-                    "unknown flag {flag}; expected --bind ADDR --store STORE"
+                    "unknown flag {flag}; expected --bind ADDR --store STORE --transport T"
                 ));
             }
         }
@@ -125,6 +138,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if args.rmcp_transport {
+        return serve_with_rmcp(&args.bind).await;
+    }
     let server = Server::builder(Arc::new(RmcpHandler::new(|| Counter)))
         .stores(stores(&args.store).await?)
         .build()
@@ -132,6 +148,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(&args.bind).await?;
     println!("tether: serving http://{}/mcp", listener.local_addr()?);
     server.serve(listener, stop_signal()).await?;
+    Ok(())
+}
+
+/// The same server on rmcp's own Streamable HTTP transport (sessions in memory).
+async fn serve_with_rmcp(bind: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service = StreamableHttpService::new(
+        || Ok(Counter),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind(bind).await?;
+    println!("tether: serving http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop_signal())
+        .await?;
     Ok(())
 }
 
