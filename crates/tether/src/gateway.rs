@@ -85,6 +85,13 @@ pub(crate) enum Launch {
     /// A process running [`GatewayConfig::program`], spoken to over its stdio.
     Process,
     /// A server in this process, spoken to over a byte pipe with the same framing.
+    #[cfg_attr(
+        not(feature = "rmcp"),
+        expect(
+            dead_code,
+            reason = "only the rmcp adapter launches in-process servers"
+        )
+    )]
     InProcess(Arc<dyn InProcessServer>),
 }
 
@@ -149,6 +156,8 @@ pub struct StdioGateway {
     principals: Mutex<HashMap<Arc<str>, PrincipalSlot>>,
     /// Numbers the ids and progress tokens of modern requests as the children see them.
     next_id: AtomicU64,
+    /// Held while a session's in-process server is started again (see `revive`).
+    reviving: tokio::sync::Mutex<()>,
 }
 
 /// Where a principal's child lives; locked while one starts, so concurrent first requests
@@ -178,6 +187,7 @@ impl StdioGateway {
             children: Mutex::new(HashMap::new()),
             principals: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            reviving: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -210,16 +220,7 @@ impl StdioGateway {
             tracing::error!(principal, %error, "cannot start the stdio server");
             gateway_error(format!("cannot start the stdio server: {error}"))
         })?;
-        let handshake = Request::new(
-            RequestId::String("tether-initialize".into()),
-            "initialize",
-            Some(json!({
-                "protocolVersion": ProtocolVersion::LATEST_LEGACY.as_str(),
-                // What the gateway maps to 2026-07-28 input requests.
-                "capabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
-                "clientInfo": {"name": "tether-gateway", "version": env!("CARGO_PKG_VERSION")},
-            })),
-        );
+        let handshake = handshake(ProtocolVersion::LATEST_LEGACY);
         let result = match child.initialize(&handshake, None, &self.config).await {
             Ok(result) => result,
             Err(error) => {
@@ -233,6 +234,31 @@ impl StdioGateway {
         };
         *slot = Some(started.clone());
         Ok(started)
+    }
+
+    /// A new in-process server for legacy session `session`, which outlived its server (this
+    /// process restarted): started with the gateway's own handshake at the session's version
+    /// (the client's `initialize` is not kept), so the session goes on. Concurrent requests
+    /// of the session share one start.
+    async fn revive(&self, session: &SessionContext) -> Result<Arc<Child>, ErrorObject> {
+        let _reviving = self.reviving.lock().await;
+        let id = session.session_id().clone();
+        if let Some(child) = self.child(&id) {
+            return Ok(child);
+        }
+        let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
+            .map_err(|error| gateway_error(format!("cannot start the server: {error}")))?;
+        let version = session.protocol_version();
+        if let Err(error) = child
+            .initialize(&handshake(version), Some(version), &self.config)
+            .await
+        {
+            child.stop();
+            return Err(error);
+        }
+        tracing::info!(session = %id, "the session's server was started again after a restart");
+        lock(&self.children).insert(id, Arc::clone(&child));
+        Ok(child)
     }
 
     /// A gateway-wide number for the id (or progress token) a child sees.
@@ -250,6 +276,20 @@ impl StdioGateway {
     fn remove(&self, session: &SessionId) -> Option<Arc<Child>> {
         lock(&self.children).remove(session)
     }
+}
+
+/// The gateway's own `initialize` for a child no client initialized: at `version`, declaring
+/// the capabilities the gateway maps (to 2026-07-28 input requests, or to a session's client).
+fn handshake(version: ProtocolVersion) -> Request {
+    Request::new(
+        RequestId::String("tether-initialize".into()),
+        "initialize",
+        Some(json!({
+            "protocolVersion": version.as_str(),
+            "capabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
+            "clientInfo": {"name": "tether-gateway", "version": env!("CARGO_PKG_VERSION")},
+        })),
+    )
 }
 
 /// Who the child's `initialize` result says it is.
@@ -348,7 +388,13 @@ impl Handler for StdioGateway {
     }
 
     fn session_alive(&self, session: &SessionId) -> bool {
-        self.child(session).is_some_and(|child| !child.is_dead())
+        match self.child(session) {
+            Some(child) => !child.is_dead(),
+            // A session this process never served outlived its server (a restart): an
+            // in-process server is started again on its next request; a process's state
+            // is gone with it, so its session ends.
+            None => matches!(self.launch, Launch::InProcess(_)),
+        }
     }
 
     fn session_closed(&self, session: &SessionId) {
@@ -387,8 +433,12 @@ impl Handler for StdioGateway {
             return started.child.call(forwarded, context, token).await;
         }
         let session = context.session().session_id().clone();
-        let Some(child) = self.child(&session) else {
-            return Err(gateway_error("this session's stdio server is not running"));
+        let child = match (self.child(&session), &self.launch) {
+            (Some(child), _) => child,
+            (None, Launch::InProcess(_)) => self.revive(context.session()).await?,
+            (None, Launch::Process) => {
+                return Err(gateway_error("this session's stdio server is not running"));
+            }
         };
         child.call(request, context, None).await
     }

@@ -37,7 +37,10 @@
 //!   server.
 //! - [`stdio`]: JSON-RPC over stdio lines, read the same way by the gateway and `tether
 //!   connect`.
-//! - [`rmcp`] (feature `rmcp`): any rmcp server served through tether.
+//! - [`rmcp`] (feature `rmcp`): any rmcp server served through tether, and (with `client`)
+//!   tether's client as an rmcp client transport.
+//! - [`bridge`] (feature `client`): a stdio-framed local client bridged to a remote server
+//!   (`tether connect`, the rmcp client transport).
 //! - [`demo`] (feature `server`): the demo handler of `tether serve` (`count`, `echo`).
 //! - [`client`] (feature `client`): the client, whose streams resume across disconnects and
 //!   hand every server message to the application once, in order.
@@ -48,6 +51,8 @@
 pub use tether_proto as proto;
 pub use tether_sse as sse;
 
+#[cfg(feature = "client")]
+pub mod bridge;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "server")]

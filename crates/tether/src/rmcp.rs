@@ -13,6 +13,9 @@
 //! own info and capabilities; every `tools/call` may run as a durable task
 //! (docs/CONTRACTS.md#rmcp).
 //!
+//! With the feature `client` too, [`TetherTransport`] puts tether's client behind rmcp's
+//! client API.
+//!
 //! ```no_run
 //! # async fn demo<S: rmcp::ServerHandler + Clone>(my_server: S) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
@@ -38,6 +41,14 @@ use tether_proto::ids::SessionId;
 use tether_proto::jsonrpc::{ErrorObject, Notification, Request};
 
 use crate::gateway::{GatewayConfig, InProcessServer, Launch, StdioGateway};
+
+/// Bytes in flight each way between an rmcp client and the bridge behind its transport.
+#[cfg(feature = "client")]
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// How long closing the client transport waits for the bridge to close the session.
+#[cfg(feature = "client")]
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::server::{Handler, RequestContext, ServerInfo, SessionContext, TaskSupport};
 
 /// An rmcp server as a tether [`Handler`] (module docs).
@@ -137,5 +148,86 @@ impl Handler for RmcpHandler {
         self.gateway
             .handle_notification(notification, session)
             .await;
+    }
+}
+
+/// tether's client behind rmcp's client API (features `rmcp` and `client`): a transport an
+/// rmcp client is served on (`handler.serve(TetherTransport::new(url, config))`), so its
+/// requests go through tether's [`Client`](crate::client::Client) with its reconnects,
+/// backoff, half-open detection and exactly-once delivery, in the era
+/// [`ClientConfig::protocol`](crate::client::ClientConfig::protocol) picks.
+///
+/// It is [`bridge`](crate::bridge) on an in-memory pipe: the rmcp client's `initialize`
+/// connects tether's client with its capabilities and identity and is answered with the
+/// server's result; its requests, notifications and answers are carried as `tether connect`
+/// carries a stdio client's. Closing the transport ends the session (DELETE).
+#[cfg(feature = "client")]
+pub struct TetherTransport {
+    rmcp: ::rmcp::transport::async_rw::AsyncRwTransport<
+        ::rmcp::RoleClient,
+        tokio::io::DuplexStream,
+        tokio::io::DuplexStream,
+    >,
+    bridge: Option<tokio::task::JoinHandle<()>>,
+}
+
+#[cfg(feature = "client")]
+impl std::fmt::Debug for TetherTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TetherTransport").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "client")]
+impl TetherTransport {
+    /// A transport to the MCP endpoint `url`; nothing is sent before the rmcp client's
+    /// `initialize`. Must be called inside a tokio runtime.
+    #[must_use]
+    pub fn new(url: &str, config: crate::client::ClientConfig) -> Self {
+        // A pipe each way, so that rmcp dropping its writer on close is the end of the
+        // bridge's input.
+        let (write, input) = tokio::io::duplex(PIPE_BYTES);
+        let (output, read) = tokio::io::duplex(PIPE_BYTES);
+        let url = url.to_owned();
+        let bridge = tokio::spawn(async move {
+            crate::bridge::run(&url, config, tokio::io::BufReader::new(input), output).await;
+        });
+        Self {
+            rmcp: ::rmcp::transport::async_rw::AsyncRwTransport::new_client(read, write),
+            bridge: Some(bridge),
+        }
+    }
+}
+
+#[cfg(feature = "client")]
+impl ::rmcp::transport::Transport<::rmcp::RoleClient> for TetherTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ::rmcp::service::TxJsonRpcMessage<::rmcp::RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.rmcp.send(item)
+    }
+
+    fn receive(
+        &mut self,
+    ) -> impl Future<Output = Option<::rmcp::service::RxJsonRpcMessage<::rmcp::RoleClient>>> + Send
+    {
+        self.rmcp.receive()
+    }
+
+    /// Closes the pipe, which ends the bridge's input: it closes the session, then ends
+    /// (it is stopped if that takes longer than [`CLOSE_GRACE`]).
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let closed = self.rmcp.close().await;
+        if let Some(mut bridge) = self.bridge.take()
+            && tokio::time::timeout(CLOSE_GRACE, &mut bridge)
+                .await
+                .is_err()
+        {
+            bridge.abort();
+        }
+        closed
     }
 }
