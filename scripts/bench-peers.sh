@@ -36,7 +36,8 @@
 # once, with redis-server's own CPU use).
 # Then 2026-07-28 round trips (`tether bench roundtrip`, 1 and 50 clients, RT_SECONDS each)
 # against each tether store and rmcp's stateless server (`rmcp_modern`: interop/rmcp,
-# `--era modern`, built by scripts/peers.sh); and `tether bench tasks` on each tether store.
+# `--era modern`, built by scripts/peers.sh); and `tether bench tasks` on each tether store and
+# on rmcp's task server (`rmcp_tasks`: interop/rmcp `--era modern --tasks`).
 # Environment: N (50000), RUNS (3), C (50), FANOUT_N (200), BIG_C (1000), IDLE (1000), RT_SECONDS (3),
 # SKIP (space-separated targets to leave out), BEFORE (an older `tether` binary: served as
 # the target `before` with the store BEFORE_STORE (sqlite, memory or redis; default sqlite)
@@ -372,8 +373,12 @@ for name in sqlite memory redis rmcp_modern; do
     bench "$name" roundtrip --url "${!url_var}" -c 1,50 --seconds "$RT_SECONDS"
   fi
 done
-# Tasks (creation latency, tasks/get calls/s, tasks/stream events/s) on each tether store.
-for name in sqlite memory redis; do
+# Tasks (creation latency, tasks/get calls/s, tasks/stream events/s) on each tether store and
+# on rmcp's in-memory task server (interop/rmcp `--era modern --tasks`; no task streams).
+if want rmcp; then
+  start rmcp_tasks target/peers/rmcp-target/release/rmcp-peer --era modern --tasks --bind 127.0.0.1:0
+fi
+for name in sqlite memory redis rmcp_tasks; do
   url_var=URL_$name
   if [ -n "${!url_var:-}" ]; then
     bench "$name" tasks --url "${!url_var}" -c "$C" --seconds "$RT_SECONDS"
@@ -494,10 +499,14 @@ for clients in (1, 50):
         if rate(name, "roundtrip", key) and rate("rmcp_modern", "roundtrip", key):
             print(f"roundtrip {name}/rmcp, {clients} client(s): {rate(name, 'roundtrip', key) / rate('rmcp_modern', 'roundtrip', key):.2f}x (target >= 2x)")
 print()
-for name in ["sqlite", "memory", "redis"]:
+for name in ["sqlite", "memory", "redis", "rmcp_tasks"]:
     r = load(name, "tasks")
     if r and r.get("ok"):
-        print(f"tasks on {name}: create p50 {r['create_p50_ms']:.2f} ms, p99 {r['create_p99_ms']:.2f} ms; tasks/get {r['gets_per_sec']:,.0f} calls/s ({r['get_clients']} pollers); tasks/stream {r['stream_live_events_per_sec']:,.0f} events/s live, {r['stream_replay_events_per_sec']:,.0f} replayed")
+        stream = f"tasks/stream {r['stream_live_events_per_sec']:,.0f} events/s live, {r['stream_replay_events_per_sec']:,.0f} replayed" if r.get("stream_offered") else "no task streams"
+        print(f"tasks on {name}: create p50 {r['create_p50_ms']:.2f} ms, p99 {r['create_p99_ms']:.2f} ms; tasks/get {r['gets_per_sec']:,.0f} calls/s ({r['get_clients']} pollers); {stream}")
+for name in ["sqlite", "memory", "redis"]:
+    if rate(name, "tasks", "gets_per_sec") and rate("rmcp_tasks", "tasks", "gets_per_sec"):
+        print(f"tasks/get {name}/rmcp: {rate(name, 'tasks', 'gets_per_sec') / rate('rmcp_tasks', 'tasks', 'gets_per_sec'):.2f}x; create p50 rmcp/{name}: {rate('rmcp_tasks', 'tasks', 'create_p50_ms') / rate(name, 'tasks', 'create_p50_ms'):.2f}x")
 print()
 if before:
     print(f"before = {before}, store {before_store}")

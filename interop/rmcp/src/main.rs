@@ -1,7 +1,7 @@
 //! rmcp 3.11.0 serving `count {n, interval_ms}` (docs/CONTRACTS.md#demo-count) over Streamable HTTP,
 //! as an interop peer for tether's tests.
 //!
-//! Usage: rmcp-peer [--bind ADDR] [--era legacy|modern] [--json-response]; ADDR defaults to
+//! Usage: rmcp-peer [--bind ADDR] [--era legacy|modern] [--json-response] [--tasks]; ADDR defaults to
 //! 127.0.0.1:0 (any free port), the era to legacy. Prints `peer: serving http://HOST:PORT/mcp`
 //! once listening.
 //!
@@ -20,15 +20,22 @@
 //! `modern`) as `text/event-stream`, even a lone result such as `server/discover`'s.
 //! `--json-response` sets rmcp's `json_response: true`: a reply whose first message is the result
 //! comes as `application/json` instead (a call that sends progress first stays SSE).
+//!
+//! `--tasks` adds the tasks extension (SEP-2663) with rmcp's in-memory `TaskManager`: the server
+//! advertises it, and a `count` whose request declares it runs as a task (no progress: SEP-2663
+//! tasks carry none), answered at once with a `CreateTaskResult`; `tasks/get`, `tasks/update` and
+//! `tasks/cancel` go to the manager. rmcp has no task event streams (SEP-2694).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+    UpdateTaskParams,
 };
+use rmcp::task_manager::{TaskManager, TaskOptions};
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
@@ -37,7 +44,10 @@ use rmcp::transport::streamable_http_server::{
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 #[derive(Clone)]
-struct Count;
+struct Count {
+    /// The tasks of `--tasks`, shared by every session's service.
+    tasks: Option<Arc<TaskManager>>,
+}
 
 fn count_tool() -> Tool {
     let schema = serde_json::json!({
@@ -54,7 +64,42 @@ fn count_tool() -> Tool {
 
 impl ServerHandler for Count {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = if self.tasks.is_some() {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        ServerConfig::new(capabilities)
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.manager()?
+            .get_task(&request.task_id)
+            .map(GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.manager()?
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.manager()?.cancel_task(&request.task_id)
     }
 
     async fn list_tools(
@@ -90,6 +135,23 @@ impl ServerHandler for Count {
             .get("interval_ms")
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(0);
+        if let Some(tasks) = &self.tasks
+            && context
+                .client_capabilities()
+                .is_some_and(|capabilities| capabilities.supports_tasks())
+        {
+            let task = tasks.spawn(TaskOptions::default(), move |_task| {
+                Box::pin(async move {
+                    if interval > 0 {
+                        tokio::time::sleep(Duration::from_millis(interval * n)).await;
+                    }
+                    Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                        "counted {n}"
+                    ))]))
+                })
+            });
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
+        }
         let token = context.meta.get_progress_token();
         for i in 1..=n {
             if let Some(token) = &token {
@@ -105,9 +167,17 @@ impl ServerHandler for Count {
     }
 }
 
+impl Count {
+    fn manager(&self) -> Result<&TaskManager, ErrorData> {
+        self.tasks
+            .as_deref()
+            .ok_or_else(|| ErrorData::method_not_found::<rmcp::model::GetTaskMethod>())
+    }
+}
+
 fn usage(message: &str) -> ! {
     eprintln!(
-        "rmcp-peer: {message}\nusage: rmcp-peer [--bind ADDR] [--era legacy|modern] [--json-response]"
+        "rmcp-peer: {message}\nusage: rmcp-peer [--bind ADDR] [--era legacy|modern] [--json-response] [--tasks]"
     );
     std::process::exit(2)
 }
@@ -117,6 +187,7 @@ async fn main() {
     let mut bind = "127.0.0.1:0".to_owned();
     let mut era = "legacy".to_owned();
     let mut json_response = false;
+    let mut tasks = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -127,6 +198,7 @@ async fn main() {
                     .unwrap_or_else(|| usage("--era needs legacy|modern"))
             }
             "--json-response" => json_response = true,
+            "--tasks" => tasks = Some(Arc::new(TaskManager::new())),
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -136,8 +208,11 @@ async fn main() {
             let config = StreamableHttpServerConfig::default()
                 .with_sse_retry(Some(Duration::from_millis(500)))
                 .with_json_response(json_response);
+            let count = Count {
+                tasks: tasks.clone(),
+            };
             let service = StreamableHttpService::new(
-                || Ok(Count),
+                move || Ok(count.clone()),
                 LocalSessionManager::default().into(),
                 config,
             );
@@ -147,8 +222,11 @@ async fn main() {
             let config = StreamableHttpServerConfig::default()
                 .with_legacy_session_mode(false)
                 .with_json_response(json_response);
+            let count = Count {
+                tasks: tasks.clone(),
+            };
             let service = StreamableHttpService::new(
-                || Ok(Count),
+                move || Ok(count.clone()),
                 NeverSessionManager::default().into(),
                 config,
             );

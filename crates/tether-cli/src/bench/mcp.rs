@@ -203,6 +203,8 @@ pub(crate) struct Stateless {
     url: String,
     /// The envelope's `clientCapabilities`.
     capabilities: Value,
+    /// The server's `server/discover` result.
+    discovered: Value,
 }
 
 impl Stateless {
@@ -212,6 +214,7 @@ impl Stateless {
             http: http.clone(),
             url: url.to_owned(),
             capabilities: json!({}),
+            discovered: Value::Null,
         };
         let response = client
             .post(DISCOVER, None, json!({}))
@@ -231,7 +234,15 @@ impl Stateless {
                 .is_some_and(|v| v.iter().any(|v| v == ProtocolVersion::MODERN.as_str())),
             "{url} does not serve 2026-07-28: server/discover answered {answer}"
         );
-        Ok(client)
+        Ok(Self {
+            discovered: answer["result"].clone(),
+            ..client
+        })
+    }
+
+    /// The server's `server/discover` result.
+    pub(crate) fn discovered(&self) -> &Value {
+        &self.discovered
     }
 
     /// The same client declaring the tasks extension in every request, so that a tool that

@@ -7,7 +7,9 @@
 //!   checked to be a task with a known status;
 //! - `tasks/stream`: a `count {n: E}` task read from its first event while it runs (live),
 //!   then again once it ended (replay from the store); each read is checked event by event
-//!   (`seq` 0..E−1, each carrying progress `seq + 1`) and must end with the `{}` answer.
+//!   (`seq` 0..E−1, each carrying progress `seq + 1`) and must end with the `{}` answer; a
+//!   server whose `server/discover` offers no `eventStreams` (any but tether) reports
+//!   `stream_offered: false` instead.
 //!
 //! Like every bench, it fails rather than report a number when anything went missing.
 
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
+use tether::proto::modern::TASKS_EXTENSION;
 use tether::sse::{Decoder, Item};
 use tokio::task::JoinSet;
 
@@ -70,6 +73,14 @@ pub(crate) async fn run(
     report.add("get_p50_ms", quantile_ms(&histogram, 0.5), "ms");
     report.add("get_p99_ms", quantile_ms(&histogram, 0.99), "ms");
 
+    let streams = client.discovered()["capabilities"]["extensions"][TASKS_EXTENSION]
+        .get("eventStreams")
+        .is_some();
+    report.add("stream_offered", streams, "");
+    if !streams {
+        // Nothing to read: SEP-2694 is tether's alone so far.
+        return Ok(report);
+    }
     let (mut live, mut replay) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let task = create(&client, events).await?;

@@ -208,7 +208,7 @@ fn fake_task_server(mut stream: TcpStream, body: &str, tasks: bool) {
     let id: Value = serde_json::from_str::<Value>(body).unwrap()["id"].clone();
     let answer = |result: &str| format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
     if body.contains("server/discover") {
-        let result = r#"{"resultType":"complete","supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"0"}}"#;
+        let result = r#"{"resultType":"complete","supportedVersions":["2026-07-28"],"capabilities":{"tools":{},"extensions":{"io.modelcontextprotocol/tasks":{"eventStreams":{}}}},"serverInfo":{"name":"fake","version":"0"}}"#;
         respond(
             &mut stream,
             "200 OK",

@@ -241,3 +241,56 @@ async fn sdk_matrix_tether_client_to_rmcp_in_each_era() {
     assert_eq!(seen.progress, (1..=N).collect::<Vec<_>>());
     assert_eq!(seen.result, format!("counted {N}"));
 }
+
+/// rmcp 3.11's own task server (`rmcp-peer --era modern --tasks`, its in-memory
+/// `TaskManager`): tether's client pinned to 2026-07-28 runs `count` as a task there too and
+/// follows it by polling `tasks/get` (rmcp offers no task event streams, so no progress
+/// arrives: SEP-2663 tasks carry none) to its result; a `TaskHandle` sees it completed; and
+/// `tether bench tasks` drives it, reporting no stream phase.
+#[tokio::test]
+async fn sdk_matrix_tether_client_follows_an_rmcp_task() {
+    use tether::client::TaskState;
+    let server = peers::rmcp_server("modern")
+        .expect("rmcp-peer (scripts/peers.sh)")
+        .arg("--tasks")
+        .start()
+        .await
+        .expect("start rmcp-peer --era modern --tasks");
+    let modern = ProtocolChoice::Version(ProtocolVersion::MODERN);
+    let seen = tokio::time::timeout(RUN_TIMEOUT, tether_count_with(server.url(), modern))
+        .await
+        .expect("the call finishes in time")
+        .unwrap();
+    assert!(seen.progress.is_empty(), "{:?}", seen.progress);
+    assert_eq!(seen.result, format!("counted {N}"));
+
+    tokio::time::timeout(RUN_TIMEOUT, async {
+        let mut config = ClientConfig::default();
+        config.protocol = modern;
+        let client = Client::connect(server.url(), config).await.unwrap();
+        let task = client
+            .call_tool_as_task("count", json!({"n": 3, "interval_ms": 1}))
+            .await
+            .unwrap();
+        assert!(!task.wait().await.unwrap().is_error());
+        assert_eq!(task.status().await.unwrap().state, TaskState::Completed);
+        assert!(matches!(
+            task.events(),
+            Err(tether::client::Error::TasksNotOffered { .. })
+        ));
+    })
+    .await
+    .expect("the task finishes in time");
+
+    let tether = tether_testkit::launcher::tether_bin().unwrap();
+    let output = tokio::process::Command::new(tether)
+        .args(["bench", "tasks", "--url", server.url(), "--creations", "5"])
+        .args(["-c", "2", "--seconds", "0.3", "--json"])
+        .output()
+        .await
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["stream_offered"], false, "{report}");
+    assert!(report["gets_per_sec"].as_f64().unwrap() > 0.0, "{report}");
+}
