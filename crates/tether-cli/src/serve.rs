@@ -178,6 +178,19 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = tether::server::DEFAULT_TASK_TTL.as_secs(), value_parser = parse_task_ttl)]
     task_ttl_secs: u64,
 
+    /// Seconds a task's events (`tasks/stream`) stay readable after the task ended (or until
+    /// its TTL, or the store's `--retention-secs`, whichever comes first); later a reader gets
+    /// `events_gone`.
+    #[arg(long, value_name = "SECS", default_value_t = tether::server::DEFAULT_TASK_EVENTS_RETENTION.as_secs(), value_parser = parse_task_ttl)]
+    task_events_retention_secs: u64,
+
+    /// Largest message a task's handler may emit as one task event, in bytes (at most
+    /// `--max-event-bytes`); a larger one is refused to the handler. A task's events per task
+    /// are bounded by `--max-events-per-session` and `--max-bytes-per-session`: each task's
+    /// events are a session of their own in the event store.
+    #[arg(long, value_name = "BYTES", default_value_t = tether::server::DEFAULT_TASK_MAX_EVENT_BYTES, value_parser = parse_positive_usize)]
+    task_max_event_bytes: usize,
+
     /// Largest POST body in bytes; larger ones get 413.
     #[arg(long, value_name = "BYTES", default_value_t = tether::server::DEFAULT_MAX_BODY_BYTES, value_parser = parse_positive_usize)]
     max_body_bytes: usize,
@@ -386,6 +399,8 @@ impl ServeArgs {
         config.max_concurrent_requests_per_session = self.max_requests_per_session;
         config.max_tasks_per_principal = self.max_tasks_per_principal;
         config.task_ttl = Duration::from_secs(self.task_ttl_secs);
+        config.task_events_retention = Duration::from_secs(self.task_events_retention_secs);
+        config.task_max_event_bytes = self.task_max_event_bytes;
         config.max_body_bytes = self.max_body_bytes;
         config.max_event_bytes = self.max_event_bytes;
         config.body_read_timeout = Duration::from_secs(self.body_timeout_secs);

@@ -25,6 +25,16 @@ pub const DEFAULT_RETRY: Duration = Duration::from_millis(1000);
 /// client that comes back after a cut, a crash or a restart to find its result.
 pub const DEFAULT_TASK_TTL: Duration = Duration::from_secs(3600);
 
+/// Default [`ServerConfig::task_events_retention`]: as long as a task lives by default, so
+/// that the store's retention (`StoreLimits::retention`) is what bounds it unless this is set
+/// lower.
+pub const DEFAULT_TASK_EVENTS_RETENTION: Duration = DEFAULT_TASK_TTL;
+
+/// Default [`ServerConfig::task_max_event_bytes`]: 1 MiB. A task's events are read again by
+/// every reader that comes back, from the store, so they are kept smaller than a session's
+/// messages may be; a task's result is its record's, not an event, and is not bound by it.
+pub const DEFAULT_TASK_MAX_EVENT_BYTES: usize = 1024 * 1024;
+
 /// Default bound on one principal's tasks ([`ServerConfig::max_tasks_per_principal`]): each
 /// holds a record for its TTL, so the bound is what one client can make the store keep.
 pub const DEFAULT_MAX_TASKS_PER_PRINCIPAL: usize = 1024;
@@ -178,6 +188,16 @@ pub struct ServerConfig {
     pub task_ttl: Duration,
     /// The `pollIntervalMs` a task suggests ([`DEFAULT_TASK_POLL_INTERVAL`]).
     pub task_poll_interval: Duration,
+    /// How long a task's events (`tasks/stream`) stay readable after the task ended
+    /// ([`DEFAULT_TASK_EVENTS_RETENTION`]), or until its TTL if that comes first; later a
+    /// reader gets `events_gone`. The event store's retention after a stream ends
+    /// (`StoreLimits::retention`) bounds it too, and is what holds after a restart of the node
+    /// that ran the task.
+    pub task_events_retention: Duration,
+    /// Largest message a task's handler may emit as one task event, in bytes
+    /// ([`DEFAULT_TASK_MAX_EVENT_BYTES`]; never more than [`max_event_bytes`](Self::max_event_bytes)):
+    /// a larger one is refused to the handler (`ContextError::Store(StoreError::EventTooLarge)`).
+    pub task_max_event_bytes: usize,
     /// Tasks one principal may hold at once (running, or ended and not yet expired)
     /// ([`DEFAULT_MAX_TASKS_PER_PRINCIPAL`]); a call that would make one more is refused with
     /// 429.
@@ -207,6 +227,8 @@ impl Default for ServerConfig {
             request_state_ttl: DEFAULT_REQUEST_STATE_TTL,
             task_ttl: DEFAULT_TASK_TTL,
             task_poll_interval: DEFAULT_TASK_POLL_INTERVAL,
+            task_events_retention: DEFAULT_TASK_EVENTS_RETENTION,
+            task_max_event_bytes: DEFAULT_TASK_MAX_EVENT_BYTES,
             max_tasks_per_principal: DEFAULT_MAX_TASKS_PER_PRINCIPAL,
         }
     }

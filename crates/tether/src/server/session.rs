@@ -12,7 +12,7 @@
 //! format.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,8 +32,9 @@ pub(crate) struct SessionRuntime {
     record: SessionRecord,
     owner: StreamOwner,
     events: Arc<dyn EventStore>,
-    /// Largest message this session may send as one event.
-    max_event_bytes: usize,
+    /// Largest message this session may send as one event (lowered once a 2026-07-28
+    /// request's runtime becomes a task's: [`limit_event_bytes`](Self::limit_event_bytes)).
+    max_event_bytes: AtomicUsize,
     log_level: AtomicU8,
     /// Cancelled when the session ends (DELETE, idle expiry): every request token and every
     /// connection token is a child of it.
@@ -101,7 +102,7 @@ impl SessionRuntime {
             record,
             owner,
             events,
-            max_event_bytes,
+            max_event_bytes: AtomicUsize::new(max_event_bytes),
             log_level: AtomicU8::new(LogLevel::DEFAULT as u8),
             closed: CancellationToken::new(),
             in_flight: Mutex::new(HashMap::new()),
@@ -167,8 +168,9 @@ impl SessionRuntime {
         stream: StreamId,
         bytes: &[u8],
     ) -> Result<EventId, StoreError> {
-        if bytes.len() > self.max_event_bytes {
-            tracing::warn!(session = %self.record.id, bytes = bytes.len(), limit = self.max_event_bytes, "message over the event size limit");
+        let limit = self.max_event_bytes();
+        if bytes.len() > limit {
+            tracing::warn!(session = %self.record.id, bytes = bytes.len(), limit, "message over the event size limit");
             return Err(StoreError::EventTooLarge);
         }
         let id = self.events.append(stream, bytes).await?;
@@ -182,7 +184,7 @@ impl SessionRuntime {
     /// for one that never comes.
     pub(crate) fn response_bytes(&self, response: &Response) -> Vec<u8> {
         let bytes = response.to_vec();
-        if bytes.len() <= self.max_event_bytes {
+        if bytes.len() <= self.max_event_bytes() {
             return bytes;
         }
         self.too_large(response, bytes.len()).to_vec()
@@ -192,7 +194,7 @@ impl SessionRuntime {
     /// itself.
     pub(crate) fn fit(&self, response: Response) -> Response {
         let size = response.to_vec().len();
-        if size <= self.max_event_bytes {
+        if size <= self.max_event_bytes() {
             return response;
         }
         self.too_large(&response, size)
@@ -200,9 +202,20 @@ impl SessionRuntime {
 
     fn too_large(&self, response: &Response, size: usize) -> Response {
         let error = ErrorObject::new(INTERNAL_ERROR, "response too large to send").with_data(
-            serde_json::json!({"reason": "too_large", "bytes": size, "limit": self.max_event_bytes}),
+            serde_json::json!({"reason": "too_large", "bytes": size, "limit": self.max_event_bytes()}),
         );
         Response::error(response.id().cloned(), error)
+    }
+
+    /// The largest message this session may send as one event.
+    fn max_event_bytes(&self) -> usize {
+        self.max_event_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Lowers the largest event this runtime accepts to `limit` (a task's events have a limit
+    /// of their own); never raises it.
+    pub(crate) fn limit_event_bytes(&self, limit: usize) {
+        self.max_event_bytes.fetch_min(limit, Ordering::Relaxed);
     }
 
     /// Ends the session on this node: cancels its requests (their handlers see

@@ -216,6 +216,8 @@ pub(crate) async fn start(
     )
     .with_events(stream, runtime.record().id.clone());
     state.tasks.create(&record).await?;
+    // From here on the runtime's events are the task's, with a size limit of their own.
+    runtime.limit_event_bytes(state.config.task_max_event_bytes);
     let span = tracing::info_span!("task", task = %record.id, method = %request.method);
     tokio::spawn(tracing::Instrument::instrument(
         run(
@@ -289,6 +291,22 @@ async fn run(
         tracing::debug!(%error, "a task's event stream was not completed");
     }
     runtime.close();
+    // The task's events are its own session in the event log: removed whole once their
+    // retention after the end has passed (readers then get `events_gone`). Not across a
+    // restart of this node: the store's retention bounds them then.
+    let events = Arc::clone(&state.events);
+    let session = runtime.record().id.clone();
+    let retention = state.config.task_events_retention;
+    let shutdown = state.shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(retention) => {}
+            () = shutdown.cancelled() => return,
+        }
+        if let Err(error) = events.remove_session(&session).await {
+            tracing::debug!(%error, "a task's events were not removed after their retention");
+        }
+    });
 }
 
 /// Calls `seen` with task `id` of `principal` as the store has it, now and after every

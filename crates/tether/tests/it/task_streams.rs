@@ -5,7 +5,9 @@
 //! order, on the memory store, on SQLite, and on Redis read from the node that does not run
 //! the task. A cursor that retained events cannot cover is `events_gone` with the earliest
 //! seq; a bad `after`, another principal's task and a request without the extension are
-//! refused.
+//! refused. A task's events have limits of their own: they are gone once their retention after
+//! the task ended has passed, and an event over the task event size limit is refused to the
+//! handler.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,6 +53,14 @@ impl Handler for Counting {
             .unwrap_or_default();
         let n = args["n"].as_u64().unwrap_or(3);
         let interval = Duration::from_millis(args["interval_ms"].as_u64().unwrap_or(0));
+        if let Some(bytes) = args["message_bytes"].as_u64() {
+            // One progress event carrying a message of this size first.
+            let message = "x".repeat(usize::try_from(bytes).unwrap());
+            context
+                .progress(0.0, Some(1.0), Some(&message))
+                .await
+                .map_err(|e| ErrorObject::new(-32603, format!("refused: {e}")))?;
+        }
         for i in 1..=n {
             if !interval.is_zero() {
                 tokio::time::sleep(interval).await;
@@ -72,9 +82,17 @@ impl Handler for Counting {
 /// A server of [`Counting`] over `stores` with alice and bob as principals; its URL and its
 /// stop signal (dropping it stops the server).
 async fn serve(stores: Stores) -> (String, tokio::sync::oneshot::Sender<()>) {
+    serve_with(stores, ServerConfig::default()).await
+}
+
+/// [`serve`] with `config`.
+async fn serve_with(
+    stores: Stores,
+    config: ServerConfig,
+) -> (String, tokio::sync::oneshot::Sender<()>) {
     let tokens = BearerTokens::parse("alice:alice-token\nbob:bob-token\n").unwrap();
     let server = Server::builder(Arc::new(Counting))
-        .config(ServerConfig::default())
+        .config(config)
         .stores(stores)
         .auth(Arc::new(tokens))
         .build()
@@ -383,6 +401,74 @@ async fn closing_a_task_stream_does_not_cancel_the_task() {
         let done = client.poll_task(&task, "completed").await.unwrap();
         assert_eq!(done["result"]["status"], "completed", "{done}");
         assert_eq!(done["result"]["result"]["content"][0]["text"], "counted 30");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_tasks_events_are_gone_after_their_retention_and_its_record_stays() {
+    let mut config = ServerConfig::default();
+    config.task_events_retention = Duration::from_millis(300);
+    let (url, _stop) = serve_with(Stores::memory(StoreLimits::default()), config).await;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = alice(&url);
+        let task = start_count(&client, 5, 0).await;
+        client.poll_task(&task, "completed").await.unwrap();
+        let read = read_task_stream(&url, &task).await;
+        assert_every_event(&read, &task, 5);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let gone = client
+            .exchange(&stream_request(&client, 2, &task, None))
+            .await
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(gone["error"]["code"], -32010, "{gone}");
+        assert_eq!(gone["error"]["data"]["earliestSeq"], Value::Null, "{gone}");
+        // The outcome is the record's, which keeps its own TTL.
+        let record = client.poll_task(&task, "completed").await.unwrap();
+        assert_eq!(record["result"]["status"], "completed", "{record}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_task_event_over_the_task_event_size_limit_is_refused_to_the_handler() {
+    let mut config = ServerConfig::default();
+    config.task_max_event_bytes = 2048;
+    let (url, _stop) = serve_with(Stores::memory(StoreLimits::default()), config).await;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let client = alice(&url);
+        let start = |bytes: u64| {
+            let mut meta = task_meta();
+            meta["progressToken"] = json!("p");
+            let arguments = json!({"n": 1, "message_bytes": bytes});
+            client.modern(
+                1,
+                "tools/call",
+                json!({"name": "count", "arguments": arguments}),
+                meta,
+            )
+        };
+        let created: Value = client.exchange(&start(4096)).await.unwrap().json().unwrap();
+        let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+        let failed = client.poll_task(&task, "failed").await.unwrap();
+        assert_eq!(failed["result"]["status"], "failed", "{failed}");
+        let message = failed["result"]["error"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(message.starts_with("refused: "), "{failed}");
+        // Under the limit, the same task completes and its stream carries the event.
+        let created: Value = client.exchange(&start(1024)).await.unwrap().json().unwrap();
+        let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+        let done = client.poll_task(&task, "completed").await.unwrap();
+        assert_eq!(done["result"]["status"], "completed", "{done}");
+        let read = read_task_stream(&url, &task).await;
+        assert_eq!(read.events.len(), 2, "{:?}", read.events);
+        let message = &read.events[&0]["payload"]["params"]["message"];
+        assert_eq!(message.as_str().map(str::len), Some(1024));
     })
     .await
     .unwrap();
