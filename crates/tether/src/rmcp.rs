@@ -218,7 +218,7 @@ impl ::rmcp::transport::Transport<::rmcp::RoleClient> for TetherTransport {
     }
 
     /// Closes the pipe, which ends the bridge's input: it closes the session, then ends
-    /// (it is stopped if that takes longer than [`CLOSE_GRACE`]).
+    /// (it is stopped if that takes longer than ten seconds).
     async fn close(&mut self) -> Result<(), Self::Error> {
         let closed = self.rmcp.close().await;
         if let Some(mut bridge) = self.bridge.take()
