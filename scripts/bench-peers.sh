@@ -370,7 +370,8 @@ fi
 for name in sqlite memory redis rmcp_modern; do
   url_var=URL_$name
   if [ -n "${!url_var:-}" ]; then
-    bench "$name" roundtrip --url "${!url_var}" -c 1,50 --seconds "$RT_SECONDS"
+    pid_var=PID_$name
+    bench "$name" roundtrip --url "${!url_var}" -c 1,50 --seconds "$RT_SECONDS" --pid "${!pid_var}"
   fi
 done
 # Tasks (creation latency, tasks/get calls/s, tasks/stream events/s) on each tether store and
@@ -498,6 +499,9 @@ for clients in (1, 50):
     for name in ["sqlite", "memory", "redis"]:
         if rate(name, "roundtrip", key) and rate("rmcp_modern", "roundtrip", key):
             print(f"roundtrip {name}/rmcp, {clients} client(s): {rate(name, 'roundtrip', key) / rate('rmcp_modern', 'roundtrip', key):.2f}x (target >= 2x)")
+        cpu = f"clients_{clients}_server_cpu_us_per_call"
+        if rate(name, "roundtrip", cpu) and rate("rmcp_modern", "roundtrip", cpu):
+            print(f"roundtrip server CPU per call rmcp/{name}, {clients} client(s): {rate('rmcp_modern', 'roundtrip', cpu) / rate(name, 'roundtrip', cpu):.2f}x")
 print()
 for name in ["sqlite", "memory", "redis", "rmcp_tasks"]:
     r = load(name, "tasks")

@@ -202,6 +202,10 @@ struct RoundtripArgs {
     /// Progress events per call (`count {n}`); 0 makes each call a bare round trip.
     #[arg(long, default_value_t = 0)]
     n: u64,
+    /// The server's process id, when it was not spawned by the bench: its CPU time per call
+    /// is reported too (with one client, the bench client's own work is most of a round trip).
+    #[arg(long, value_name = "PID")]
+    pid: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -358,7 +362,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                     "--seconds must be a positive number"
                 );
                 let server = Server::resolve(&a.target)?;
-                scenarios::roundtrip(server.url(), &a.clients, a.seconds, a.n).await
+                let pid = a.pid.or(server.pid());
+                scenarios::roundtrip(server.url(), &a.clients, a.seconds, a.n, pid).await
             }
             Scenario::Tasks(a) => {
                 anyhow::ensure!(

@@ -449,6 +449,7 @@ pub(crate) async fn roundtrip(
     clients: &[u64],
     seconds: f64,
     n: u64,
+    pid: Option<u32>,
 ) -> anyhow::Result<Report> {
     let http = http_client_builder()
         .pool_max_idle_per_host(usize::MAX)
@@ -461,7 +462,18 @@ pub(crate) async fn roundtrip(
         let warm_up = Duration::from_secs_f64(seconds / 5.0);
         let _ = calls_for(&client, count, warm_up, n).await?;
         let window = Duration::from_secs_f64(seconds);
+        let cpu_before = pid.map(cpu_seconds).transpose()?;
         let (calls, histogram, elapsed) = calls_for(&client, count, window, n).await?;
+        if let (Some(pid), Some(before)) = (pid, cpu_before) {
+            let used = cpu_seconds(pid)? - before;
+            #[allow(clippy::cast_precision_loss)] // calls of a bench run are far below 2^52
+            let per_call = used * 1e6 / calls.max(1) as f64;
+            report.add(
+                format!("clients_{count}_server_cpu_us_per_call"),
+                per_call,
+                "us of server CPU per call",
+            );
+        }
         report.add(
             format!("clients_{count}_calls_per_sec"),
             per_second(calls, elapsed),

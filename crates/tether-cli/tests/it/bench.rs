@@ -112,6 +112,9 @@ fn roundtrip_against_spawned_server_reports_calls_per_second_for_each_client_cou
             .as_f64()
             .unwrap();
         assert!(p50 > 0.0 && p50 <= p99, "{report}");
+        // The spawned server's pid is known: its CPU time per call is reported.
+        let cpu = report[format!("clients_{clients}_server_cpu_us_per_call")].as_f64();
+        assert!(cpu.is_some_and(|c| c >= 0.0), "{report}");
     }
 }
 
