@@ -578,6 +578,10 @@ impl Handler for ConformanceHandler {
         Ok(self.server_info().initialize_result(&session))
     }
 
+    fn offers_tasks(&self) -> bool {
+        true
+    }
+
     fn task_support(&self, call: &Request) -> TaskSupport {
         let params = call.params.as_ref();
         let tool = params

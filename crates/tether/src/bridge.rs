@@ -16,8 +16,9 @@
 //! with a `notifications/message` log notification. The end of the input closes the session
 //! (DELETE) and ends [`run`].
 //!
-//! [`ClientConfig::protocol`] chooses the era. Against a server spoken to in the 2026-07-28
-//! era the local client still speaks the 2025 one: its `initialize` is answered by the bridge
+//! [`ClientConfig::protocol`] chooses the era; under `auto` the bridge keeps the 2025 era
+//! wherever the server serves it ([`ClientConfig::prefer_tasks`] off). Against a server spoken
+//! to in the 2026-07-28 era the local client still speaks the 2025 one: its `initialize` is answered by the bridge
 //! from `server/discover` (at the version it asked for), its requests become stateless ones
 //! (a `tools/call` a task where the server offers tasks), and the server's questions
 //! (`input_required`) become requests to the local client under the bridge's ids
@@ -98,6 +99,10 @@ impl Bridge {
         });
         let mut config = config;
         config.request_handler = Some(Arc::clone(&asker) as Arc<dyn ServerRequestHandler>);
+        // The local client speaks 2025: a session carries all it may send (`ping`,
+        // `logging/setLevel`, `resources/subscribe`, its own server requests), so under `auto`
+        // the 2026-07-28 era is only for a server that serves nothing else.
+        config.prefer_tasks = false;
         Self {
             url,
             config,

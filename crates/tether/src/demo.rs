@@ -135,6 +135,10 @@ impl Handler for DemoHandler {
     }
 
     /// `count` runs as a task for a 2026-07-28 client that declares the tasks extension.
+    fn offers_tasks(&self) -> bool {
+        true
+    }
+
     fn task_support(&self, call: &Request) -> crate::server::TaskSupport {
         let tool = call
             .params

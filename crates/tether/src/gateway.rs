@@ -364,6 +364,10 @@ impl Handler for StdioGateway {
 
     /// Every tool may run as a task: the child's call is then held by tether, not by the
     /// client's connection.
+    fn offers_tasks(&self) -> bool {
+        true
+    }
+
     fn task_support(&self, call: &Request) -> TaskSupport {
         let _ = call;
         TaskSupport::Optional

@@ -112,6 +112,10 @@ impl Handler for RmcpHandler {
         self.gateway.modern_server_info(principal).await
     }
 
+    fn offers_tasks(&self) -> bool {
+        self.gateway.offers_tasks()
+    }
+
     fn task_support(&self, call: &Request) -> TaskSupport {
         self.gateway.task_support(call)
     }

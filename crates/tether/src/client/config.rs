@@ -62,8 +62,9 @@ pub enum ProtocolChoice {
     Legacy,
     /// The default. Probe `server/discover` and speak the era in which a call survives a
     /// cut: 2026-07-28 when the server offers tasks with event streams (and
-    /// [`ClientConfig::tasks`] is on); else the legacy era when the server also serves a 2025
-    /// version (or does not answer the probe as a 2026-07-28 server); else 2026-07-28.
+    /// [`ClientConfig::tasks`] and [`ClientConfig::prefer_tasks`] are on); else the legacy era
+    /// when the server also serves a 2025 version (or does not answer the probe as a
+    /// 2026-07-28 server); else 2026-07-28.
     #[default]
     Auto,
     /// Exactly this version: a 2025 version is [`Legacy`](Self::Legacy) at that version;
@@ -112,6 +113,12 @@ pub struct ClientConfig {
     /// it, so that a tool that may run as a task does, and its call survives cuts and
     /// restarts (docs/CONTRACTS.md#client-era). On by default.
     pub tasks: bool,
+    /// Under [`ProtocolChoice::Auto`], prefer the 2026-07-28 era with tasks over a 2025
+    /// session when the server offers both (on by default). Off, `auto` keeps the 2025 era
+    /// wherever the server serves it, and speaks 2026-07-28 (with tasks where offered) only
+    /// to a server that serves nothing else: what a bridge for a 2025 client wants, since its
+    /// session carries everything that client may send.
+    pub prefer_tasks: bool,
     /// The client capabilities sent in `initialize`, and again on re-initialization.
     pub capabilities: Value,
     /// Extra headers on every request.
@@ -152,6 +159,7 @@ impl Default for ClientConfig {
             client_name: "tether".to_owned(),
             client_version: env!("CARGO_PKG_VERSION").to_owned(),
             tasks: true,
+            prefer_tasks: true,
             capabilities: json!({}),
             headers: Vec::new(),
             auth: None,

@@ -4,7 +4,8 @@
 //! [`Inner::choose_era`] follows [`ProtocolChoice`]: `Legacy` initializes; a pinned 2026-07-28
 //! requires `server/discover` to answer; `Auto` probes `server/discover` and picks the era in
 //! which a call survives a cut: 2026-07-28 when the server offers the tasks extension with
-//! its event streams (and [`ClientConfig::tasks`](super::ClientConfig::tasks) is on), since a
+//! its event streams (and [`ClientConfig::tasks`](super::ClientConfig::tasks) and
+//! [`ClientConfig::prefer_tasks`](super::ClientConfig::prefer_tasks) are on), since a
 //! call there runs as a task whose events are read again after a cut; else the legacy era
 //! when the server also serves a 2025 version (it lists one, or answers the probe as a legacy
 //! server does: a 4xx or 5xx, a JSON-RPC error, no JSON; or it lists 2026-07-28 alone but
@@ -100,7 +101,11 @@ impl Inner {
             Some(result) if pinned => Ok(Chosen::Modern(result)),
             // A call runs as a task whose events are read again after a cut: it survives the
             // cut in this era, progress included.
-            Some(result) if self.config.tasks && offers_task_streams(&result) => {
+            Some(result)
+                if self.config.tasks
+                    && self.config.prefer_tasks
+                    && offers_task_streams(&result) =>
+            {
                 Ok(Chosen::Modern(result))
             }
             Some(result) => {

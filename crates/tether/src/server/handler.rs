@@ -133,6 +133,14 @@ pub trait Handler: Send + Sync + 'static {
         TaskSupport::Forbidden
     }
 
+    /// Whether `server/discover` offers the tasks extension (with its event streams): true
+    /// for a handler whose [`task_support`](Self::task_support) lets some call run as a task.
+    /// By default false, so that a client choosing its era by what the server offers (tether's
+    /// `auto`) does not take a server that runs no call as a task for one that does.
+    fn offers_tasks(&self) -> bool {
+        false
+    }
+
     /// Handles a notification from the client (other than the ones the transport consumes).
     async fn handle_notification(&self, notification: Notification, session: SessionContext) {
         let _ = (notification, session);

@@ -125,7 +125,8 @@ pub(crate) async fn post(
     match method.as_str() {
         DISCOVER => {
             state.metrics.modern_request(&method, ModernOutcome::Result);
-            let response = RpcResponse::success(request.id, discover_result(&info));
+            let offers_tasks = state.handler.offers_tasks();
+            let response = RpcResponse::success(request.id, discover_result(&info, offers_tasks));
             Ok(json_response(response.to_vec(), None))
         }
         LISTEN => listen(state, post.principal, request, &envelope, &info).await,
@@ -195,11 +196,14 @@ fn server_identity(info: &ServerInfo) -> Value {
 
 /// The handler's capabilities as the modern era states them: the 2025-11-25 experimental
 /// `tasks` capability is not the tasks extension, so it is left out, and the tasks extension,
-/// which the transport serves, is added.
-fn modern_capabilities(info: &ServerInfo) -> Value {
+/// which the transport serves, is added when the handler runs calls as tasks.
+fn modern_capabilities(info: &ServerInfo, offers_tasks: bool) -> Value {
     let mut capabilities = info.capabilities.clone();
     if let Value::Object(map) = &mut capabilities {
         map.remove("tasks");
+        if !offers_tasks {
+            return capabilities;
+        }
         let extensions = map
             .entry("extensions")
             .or_insert_with(|| Value::Object(serde_json::Map::new()));
@@ -213,7 +217,7 @@ fn modern_capabilities(info: &ServerInfo) -> Value {
 
 /// The `server/discover` result. The identity and capabilities do not depend on the caller,
 /// so it is `public`; `ttlMs` 0, since a handler's capabilities can change with a restart.
-fn discover_result(info: &ServerInfo) -> Value {
+fn discover_result(info: &ServerInfo, offers_tasks: bool) -> Value {
     let supported: Vec<&str> = ProtocolVersion::SUPPORTED
         .iter()
         .map(|v| v.as_str())
@@ -221,7 +225,7 @@ fn discover_result(info: &ServerInfo) -> Value {
     let mut result = json!({
         "resultType": RESULT_COMPLETE,
         "supportedVersions": supported,
-        "capabilities": modern_capabilities(info),
+        "capabilities": modern_capabilities(info, offers_tasks),
         "ttlMs": 0,
         "cacheScope": "public",
         "_meta": {META_SERVER_INFO: server_identity(info)},
@@ -673,7 +677,7 @@ mod tests {
 
     #[test]
     fn discover_names_every_version_and_identifies_in_meta() {
-        let result = discover_result(&info());
+        let result = discover_result(&info(), true);
         assert_eq!(result["resultType"], "complete");
         assert_eq!(
             result["supportedVersions"],
@@ -690,6 +694,12 @@ mod tests {
         assert!(result.get("serverInfo").is_none());
         assert_eq!(result["ttlMs"], 0);
         assert_eq!(result["cacheScope"], "public");
+        let without = discover_result(&info(), false);
+        assert_eq!(
+            without["capabilities"],
+            json!({"tools": {"listChanged": true}}),
+            "a handler that runs no call as a task offers no tasks extension"
+        );
     }
 
     #[test]

@@ -195,7 +195,11 @@ async fn an_rmcp_client_over_tethers_transport_gets_every_event_once_through_cut
     use tether::rmcp::TetherTransport;
     let servers = [
         (&["--store", "memory"][..], ProtocolChoice::Legacy, true),
-        (&["--store", "memory"][..], ProtocolChoice::Auto, true),
+        (
+            &["--store", "memory"][..],
+            ProtocolChoice::Version(tether::proto::version::ProtocolVersion::MODERN),
+            true,
+        ),
         (&["--transport", "rmcp"][..], ProtocolChoice::Legacy, false),
     ];
     for (args, protocol, cuts) in servers {

@@ -74,6 +74,10 @@ impl Handler for Counting {
         Ok(json!({"content": [{"type": "text", "text": format!("counted {n}")}]}))
     }
 
+    fn offers_tasks(&self) -> bool {
+        true
+    }
+
     fn task_support(&self, _call: &Request) -> TaskSupport {
         TaskSupport::Optional
     }
