@@ -153,7 +153,14 @@ impl Bridge {
             tracing::warn!("closing the session timed out");
         }
         drop(self.out);
-        let _ = writer.await;
+        // The last messages reach the local client unless it stopped reading.
+        let mut writer = writer;
+        if tokio::time::timeout(CLOSE_TIMEOUT, &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
     }
 
     async fn emit(&self, message: Message) {

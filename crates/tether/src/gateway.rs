@@ -156,8 +156,16 @@ pub struct StdioGateway {
     principals: Mutex<HashMap<Arc<str>, PrincipalSlot>>,
     /// Numbers the ids and progress tokens of modern requests as the children see them.
     next_id: AtomicU64,
-    /// Held while a session's in-process server is started again (see `revive`).
-    reviving: tokio::sync::Mutex<()>,
+    /// The legacy sessions whose in-process server is being started again (see `revive`).
+    reviving: Mutex<HashMap<SessionId, Arc<Reviving>>>,
+}
+
+/// One session's revival: requests of the session wait for it, and a session that ends
+/// meanwhile is marked, so that the server started for it is stopped rather than kept.
+#[derive(Debug, Default)]
+struct Reviving {
+    started: tokio::sync::Mutex<()>,
+    ended: std::sync::atomic::AtomicBool,
 }
 
 /// Where a principal's child lives; locked while one starts, so concurrent first requests
@@ -187,7 +195,7 @@ impl StdioGateway {
             children: Mutex::new(HashMap::new()),
             principals: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
-            reviving: tokio::sync::Mutex::new(()),
+            reviving: Mutex::new(HashMap::new()),
         }
     }
 
@@ -239,25 +247,49 @@ impl StdioGateway {
     /// A new in-process server for legacy session `session`, which outlived its server (this
     /// process restarted): started with the gateway's own handshake at the session's version
     /// (the client's `initialize` is not kept), so the session goes on. Concurrent requests
-    /// of the session share one start.
+    /// of the session share one start; other sessions' starts do not wait for it.
     async fn revive(&self, session: &SessionContext) -> Result<Arc<Child>, ErrorObject> {
-        let _reviving = self.reviving.lock().await;
         let id = session.session_id().clone();
-        if let Some(child) = self.child(&id) {
+        let reviving = Arc::clone(lock(&self.reviving).entry(id.clone()).or_default());
+        let started = reviving.started.lock().await;
+        let revived = self.start_again(session, &reviving).await;
+        drop(started);
+        let mut all = lock(&self.reviving);
+        if all.get(&id).is_some_and(|r| Arc::ptr_eq(r, &reviving)) {
+            all.remove(&id);
+        }
+        revived
+    }
+
+    /// [`revive`](Self::revive) under the session's claim: the child that serves it now.
+    async fn start_again(
+        &self,
+        session: &SessionContext,
+        reviving: &Reviving,
+    ) -> Result<Arc<Child>, ErrorObject> {
+        let id = session.session_id();
+        if let Some(child) = self.child(id) {
             return Ok(child);
         }
         let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
             .map_err(|error| gateway_error(format!("cannot start the server: {error}")))?;
         let version = session.protocol_version();
-        if let Err(error) = child
+        let initialized = child
             .initialize(&handshake(version), Some(version), &self.config)
-            .await
-        {
+            .await;
+        if let Err(error) = initialized {
             child.stop();
             return Err(error);
         }
+        let mut children = lock(&self.children);
+        // Ended (DELETE, expiry) during the handshake: nothing would ever stop it later.
+        if reviving.ended.load(std::sync::atomic::Ordering::SeqCst) {
+            drop(children);
+            child.stop();
+            return Err(gateway_error("the session ended"));
+        }
+        children.insert(id.clone(), Arc::clone(&child));
         tracing::info!(session = %id, "the session's server was started again after a restart");
-        lock(&self.children).insert(id, Arc::clone(&child));
         Ok(child)
     }
 
@@ -402,6 +434,11 @@ impl Handler for StdioGateway {
     }
 
     fn session_closed(&self, session: &SessionId) {
+        if let Some(reviving) = lock(&self.reviving).get(session) {
+            reviving
+                .ended
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         if let Some(child) = self.remove(session) {
             tracing::info!(session = %session, "stopping the session's stdio server");
             child.stop();

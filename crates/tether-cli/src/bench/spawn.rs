@@ -77,6 +77,9 @@ impl SpawnedServer {
                 "20000",
                 "--max-events-per-session",
                 "200000",
+                // `tasks` makes a task per creation, each held for its TTL.
+                "--max-tasks-per-principal",
+                "1000000",
             ])
             // Per-request logs would measure the logger.
             .env("RUST_LOG", "warn")

@@ -119,9 +119,11 @@ pub enum Error {
         /// What is missing.
         what: &'static str,
     },
-    /// [`Client::call_tool_as_task`](super::Client::call_tool_as_task): the server ran the
-    /// call directly instead of as a task (the tool does not run as one); its answer is here.
-    #[error("the server answered the call directly, not with a task")]
+    /// [`Client::call_tool_as_task`](super::Client::call_tool_as_task): the server answered
+    /// the call itself instead of with a task: the tool ran directly (it does not run as a
+    /// task), or the call was refused (an unknown tool, invalid arguments: an error answer).
+    /// The answer is here.
+    #[error("the server answered the call without a task")]
     NotATask {
         /// The server's answer.
         response: Box<tether_proto::jsonrpc::Response>,

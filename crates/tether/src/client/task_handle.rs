@@ -156,7 +156,9 @@ impl TaskHandle {
     /// Polls `tasks/get` until the task ends, answering its questions on the way, and returns
     /// its outcome as the call's final response: a completed task's result, a failed task's
     /// error (`data.reason` `server_restarted` when its server died), a cancelled task's as an
-    /// error with `data.reason` `"cancelled"`.
+    /// error with `data.reason` `"cancelled"`. The questions are answered by this `wait`: let
+    /// one follower of a task answer them (a second `wait`, or a [`ToolCall`](super::ToolCall)
+    /// still following the same task, would ask the handler again).
     ///
     /// # Errors
     ///
