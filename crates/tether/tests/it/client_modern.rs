@@ -72,6 +72,35 @@ async fn auto_picks_tasks_with_a_server_offering_task_streams_else_the_legacy_er
     assert!(client.session_id().is_some(), "a 2025 session");
 }
 
+/// `auto` takes the 2026-07-28 era for tasks only where they are offered and wanted: a
+/// handler that runs no call as a task offers no tasks extension (`Handler::offers_tasks`),
+/// so `auto` keeps its 2025 session; so does a client with `prefer_tasks` off (the bridge's)
+/// against the demo, which offers task streams.
+#[tokio::test]
+async fn auto_keeps_the_legacy_era_where_tasks_are_not_offered_or_not_preferred() {
+    let plain = TestServer::start(ServerConfig::default()).await;
+    let mut config = fast_config(Duration::from_millis(50));
+    config.protocol = ProtocolChoice::Auto;
+    let client = Client::connect(&plain.url, config.clone()).await.unwrap();
+    assert!(!client.is_modern(), "no tasks offered: the 2025 session");
+    assert!(client.session_id().is_some());
+    let mut pinned = config.clone();
+    pinned.protocol = ProtocolChoice::Version(ProtocolVersion::MODERN);
+    let modern = Client::connect(&plain.url, pinned).await.unwrap();
+    assert!(
+        modern.server_info()["capabilities"]["extensions"]
+            .get("io.modelcontextprotocol/tasks")
+            .is_none(),
+        "{}",
+        modern.server_info()
+    );
+
+    let demo = start_demo_server().await;
+    config.prefer_tasks = false;
+    let client = Client::connect(&demo.url, config).await.unwrap();
+    assert!(!client.is_modern(), "tasks not preferred: the 2025 session");
+}
+
 #[tokio::test]
 async fn a_cut_modern_tool_call_fails_as_may_have_run() {
     let server = start_demo_server().await;
