@@ -266,6 +266,20 @@ async fn run(
     let response =
         dispatch::run_handler(&state, &runtime, request, slot, stream, Some(modern)).await;
     watcher.abort();
+    // What the handler emitted must be stored before its outcome is: a commit that failed
+    // late (store/pipeline.rs) lost events it was told were queued, so the task ends as it
+    // would have had its emit failed, its stream a gap-free prefix, rather than `completed`
+    // over a stream that misses events.
+    let response = match (response, state.events.flush(stream).await) {
+        (Some(response), Err(error)) => {
+            tracing::warn!(%error, "events of a task were lost: it fails");
+            let error = super::error::ServerError::Store(error)
+                .error_object()
+                .expect("a store failure has a JSON-RPC error");
+            Some(RpcResponse::error(response.id().cloned(), error))
+        }
+        (response, _) => response,
+    };
     let change = match response {
         None => TaskChange::cancelled(),
         Some(RpcResponse::Result(mut result)) => {
