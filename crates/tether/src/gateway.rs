@@ -560,9 +560,8 @@ impl Child {
         let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
         let serving = server.serve(theirs);
         let (output, input) = tokio::io::split(ours);
-        let child = Self::new(owner);
         let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-        let child = Arc::new(Self { stdin: tx, ..child });
+        let child = Arc::new(Self::new(owner, tx));
         tracing::info!(session = %child.owner, "in-process server started");
         tokio::spawn(feed_stdin(input, rx, child.stop.clone()));
         tokio::spawn(Arc::clone(&child).read_stdout(BufReader::new(output), config.max_line_bytes));
@@ -570,9 +569,8 @@ impl Child {
         Ok(child)
     }
 
-    /// A child of `owner` not yet connected to anything (its input queue closed).
-    fn new(owner: Owner) -> Self {
-        let (stdin, _) = mpsc::channel(1);
+    /// A child of `owner` whose input lines go to `stdin`.
+    fn new(owner: Owner, stdin: mpsc::Sender<Vec<u8>>) -> Self {
         Self {
             owner,
             stdin,
@@ -603,10 +601,7 @@ impl Child {
             _ => return Err(std::io::Error::other("the child's pipes are missing")),
         };
         let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-        let child = Arc::new(Self {
-            stdin: tx,
-            ..Self::new(owner)
-        });
+        let child = Arc::new(Self::new(owner, tx));
         let id = child.owner.to_string();
         tracing::info!(session = %id, pid = process.id(), "stdio server started");
         tokio::spawn(feed_stdin(stdin, rx, child.stop.clone()));

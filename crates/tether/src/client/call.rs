@@ -173,11 +173,12 @@ impl ToolCall {
     pub fn task(&self) -> Option<TaskHandle> {
         let task = self.stream.task_id()?;
         let token = self.stream.resumption_token()?;
+        let after = super::task_handle::token_seq(&token).ok().flatten();
         Some(TaskHandle::new(
             self.client.clone(),
             task.to_owned(),
             token.request_id?,
-            token.last_event_id.parse().ok(),
+            after,
             None,
         ))
     }

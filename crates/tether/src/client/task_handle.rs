@@ -288,7 +288,7 @@ impl TaskEvents {
     #[must_use]
     pub fn last_committed(&self) -> Option<u64> {
         self.resumption_token()
-            .and_then(|token| token.last_event_id.parse().ok())
+            .and_then(|token| token_seq(&token).ok().flatten())
     }
 
     /// The token naming the task and its last committed seq.

@@ -14,16 +14,23 @@ use tether::client::{Client, ClientConfig, ProtocolChoice, ToolCall, ToolCallIte
 use tether::proto::jsonrpc::Response;
 use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
 
+use crate::support::client::fast_config;
 use crate::support::example;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn config(protocol: ProtocolChoice) -> ClientConfig {
-    let mut config = ClientConfig::default();
+    let mut config = fast_config(Duration::from_millis(20));
     config.protocol = protocol;
-    config.reconnect.backoff.base = Duration::from_millis(20);
-    config.reconnect.backoff.cap = Duration::from_millis(200);
     config
+}
+
+/// The address of an example's `http://HOST:PORT/mcp`, for the fault proxy.
+fn addr_of(url: &str) -> std::net::SocketAddr {
+    url.trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -33,11 +40,7 @@ async fn the_rmcp_example_streams_count_once_through_cuts_in_both_eras() {
     for store in ["memory", sqlite.as_str()] {
         let (_example, url) =
             example::start("rmcp_server", &["--bind", "127.0.0.1:0", "--store", store]);
-        let addr = url
-            .trim_start_matches("http://")
-            .trim_end_matches("/mcp")
-            .parse()
-            .unwrap();
+        let addr = addr_of(&url);
         let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1500));
         let proxy = FaultProxy::start(addr, plan).await.unwrap();
         for protocol in [ProtocolChoice::Legacy, ProtocolChoice::Auto] {
@@ -206,11 +209,7 @@ async fn an_rmcp_client_over_tethers_transport_gets_every_event_once_through_cut
         let mut argv = vec!["--bind", "127.0.0.1:0"];
         argv.extend_from_slice(args);
         let (_example, url) = example::start("rmcp_server", &argv);
-        let addr = url
-            .trim_start_matches("http://")
-            .trim_end_matches("/mcp")
-            .parse()
-            .unwrap();
+        let addr = addr_of(&url);
         let plan = if cuts {
             FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1500))
         } else {
