@@ -106,6 +106,14 @@ impl SessionContext {
         self.runtime.version()
     }
 
+    /// What the client said of itself at `initialize` (its `clientInfo` and `capabilities`),
+    /// as the session store keeps it, so also after a restart or on another node; `None`
+    /// as [`SessionRecord::client`](crate::store::SessionRecord::client) says.
+    #[must_use]
+    pub fn client(&self) -> Option<&Value> {
+        self.runtime.record().client.as_deref()
+    }
+
     /// Sets the minimum level of log messages sent to this session (what `logging/setLevel`
     /// asks for; the handler answers that request, the transport only filters).
     pub fn set_log_level(&self, level: LogLevel) {

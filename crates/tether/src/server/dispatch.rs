@@ -597,7 +597,7 @@ mod tests {
             &[0; 32],
         ));
         let runtime = state
-            .create_session(ProtocolVersion::V2025_11_25, Arc::from("alice"))
+            .create_session(ProtocolVersion::V2025_11_25, Arc::from("alice"), None)
             .await
             .expect("a session");
         (state, runtime)

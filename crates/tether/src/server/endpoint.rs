@@ -353,6 +353,32 @@ fn refuse_modern_get_or_delete(headers: &HeaderMap) -> Result<(), ServerError> {
     Ok(())
 }
 
+/// What the client of an `initialize` with `params` said of itself, as the session keeps it
+/// (`SessionRecord::client`): its `clientInfo` and `capabilities`, if it sent either and
+/// they fit in `MAX_SESSION_CLIENT_BYTES`.
+fn session_client(params: Option<&Value>) -> Option<Arc<Value>> {
+    let params = params?;
+    let mut client = serde_json::Map::new();
+    for key in ["clientInfo", "capabilities"] {
+        if let Some(value) = params.get(key) {
+            client.insert(key.to_owned(), value.clone());
+        }
+    }
+    if client.is_empty() {
+        return None;
+    }
+    let client = Value::Object(client);
+    let bytes = client.to_string().len();
+    if bytes > crate::store::MAX_SESSION_CLIENT_BYTES {
+        tracing::debug!(
+            bytes,
+            "the client's clientInfo and capabilities are not kept: too large"
+        );
+        return None;
+    }
+    Some(Arc::new(client))
+}
+
 /// `initialize`: negotiates the version, creates the session and answers with
 /// `Mcp-Session-Id` on the response head (T34), before any event in SSE mode.
 async fn initialize(
@@ -369,7 +395,8 @@ async fn initialize(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let version = negotiate(requested);
-    let runtime = state.create_session(version, principal).await?;
+    let client = session_client(request.params.as_ref());
+    let runtime = state.create_session(version, principal, client).await?;
     let session = SessionContext::new(Arc::clone(&runtime));
     let answer = state.handler.initialize(&request, session).await;
     let request_id = request.id;
@@ -597,4 +624,35 @@ pub(crate) async fn count_responses(
         status: response.status().as_u16(),
     });
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_session_keeps_only_what_the_client_said_of_itself_and_only_within_the_bound() {
+        let params = json!({
+            "protocolVersion": "2025-11-25",
+            "clientInfo": {"name": "probe", "version": "1"},
+            "capabilities": {"roots": {}},
+            "_meta": {"not": "kept"},
+        });
+        assert_eq!(
+            session_client(Some(&params)).as_deref(),
+            Some(&json!({
+                "clientInfo": {"name": "probe", "version": "1"},
+                "capabilities": {"roots": {}},
+            }))
+        );
+        assert_eq!(
+            session_client(Some(&json!({"protocolVersion": "2025-11-25"}))),
+            None
+        );
+        assert_eq!(session_client(None), None);
+        let huge = "x".repeat(crate::store::MAX_SESSION_CLIENT_BYTES);
+        let params = json!({"clientInfo": {"name": huge}, "capabilities": {}});
+        assert_eq!(session_client(Some(&params)), None, "too large to keep");
+    }
 }

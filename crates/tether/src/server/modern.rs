@@ -309,6 +309,7 @@ async fn ephemeral(
         version: ProtocolVersion::MODERN,
         principal,
         standalone: stream,
+        client: None,
     };
     let runtime = SessionRuntime::new(record, Arc::clone(events), state.config.max_event_bytes);
     Ok((runtime, stream))

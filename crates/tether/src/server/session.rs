@@ -478,6 +478,7 @@ mod tests {
             version: ProtocolVersion::V2025_11_25,
             principal: Arc::from("alice"),
             standalone: StreamId::generate(),
+            client: None,
         };
         SessionRuntime::new(
             record,

@@ -216,11 +216,13 @@ impl ServerState {
         lock(&self.runtimes).keys().cloned().collect()
     }
 
-    /// Creates a session: record, standalone stream and runtime.
+    /// Creates a session: record, standalone stream and runtime. `client` is what the
+    /// client said of itself (`SessionRecord::client`).
     pub(crate) async fn create_session(
         &self,
         version: ProtocolVersion,
         principal: Arc<str>,
+        client: Option<Arc<serde_json::Value>>,
     ) -> Result<Arc<SessionRuntime>, ServerError> {
         let _creating = self.create_lock.lock().await;
         if self.sessions.count().await? >= self.config.max_sessions
@@ -242,6 +244,7 @@ impl ServerState {
             version,
             principal,
             standalone,
+            client,
         };
         if let Err(error) = self.sessions.insert(record.clone()).await {
             let _ = self.events.remove_session(&id).await;

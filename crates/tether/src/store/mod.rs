@@ -383,7 +383,18 @@ pub struct SessionRecord {
     pub principal: Arc<str>,
     /// The session's standalone (GET) stream, created with the session.
     pub standalone: StreamId,
+    /// What the client said of itself at `initialize`: an object with its `clientInfo` and
+    /// `capabilities` as sent (docs/CONTRACTS.md#session-client). Kept so that a handler
+    /// that must start a server for the session again (the rmcp adapter after a restart)
+    /// can give it the client's own handshake; `None` where the client sent neither, where
+    /// they did not fit in [`MAX_SESSION_CLIENT_BYTES`], for 2026-07-28 requests, and for
+    /// records stored before it was kept.
+    pub client: Option<Arc<serde_json::Value>>,
 }
+
+/// The most JSON a session's [`SessionRecord::client`] may take; a client that said more
+/// of itself has its session served all the same, without it.
+pub const MAX_SESSION_CLIENT_BYTES: usize = 16 * 1024;
 
 /// Where sessions live: in memory, or in the durable stores, so that sessions
 /// survive a restart (SQLite) or are shared by nodes (Redis).

@@ -1084,13 +1084,23 @@ pub async fn usage_counts_streams_events_and_bytes<E: AsyncFn(Caps) -> Arc<dyn E
 // ---------------------------------------------------------------------------------------------
 // Session store checks
 
+/// A record of `principal`'s; the client's handshake is kept for all but `default`.
 fn record(principal: &str) -> SessionRecord {
     SessionRecord {
         id: SessionId::generate(),
         version: ProtocolVersion::LATEST_LEGACY,
         principal: Arc::from(principal),
         standalone: StreamId::generate(),
+        client: (principal != "default").then(|| Arc::new(client_of(principal))),
     }
+}
+
+/// What a client called `name` says of itself at `initialize`, with text that needs escaping.
+fn client_of(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "clientInfo": {"name": name, "version": "1.0 \"é\"\n"},
+        "capabilities": {"elicitation": {"form": {}}, "roots": {"listChanged": true}},
+    })
 }
 
 /// Sessions are stored, looked up, counted (in all and per principal) and removed; `remove`
@@ -1191,6 +1201,7 @@ pub async fn reopen_loses_nothing_acknowledged<O: AsyncFn() -> Stores>(open: &O)
         version: ProtocolVersion::LATEST_LEGACY,
         principal: Arc::clone(&owner.principal),
         standalone: StreamId::generate(),
+        client: Some(Arc::new(client_of("reopened"))),
     };
     let (live, done, before_live, before_done) = {
         let (events, sessions) = open().await;
@@ -1361,6 +1372,7 @@ pub async fn reopen_keeps_removals<O: AsyncFn() -> Stores>(open: &O) {
         version: ProtocolVersion::LATEST_LEGACY,
         principal: Arc::clone(&owner.principal),
         standalone: StreamId::generate(),
+        client: None,
     };
     let stream = {
         let (events, sessions) = open().await;

@@ -458,6 +458,7 @@ async fn idle_sessions_expire_on_tokio_time() {
         version: ProtocolVersion::LATEST_LEGACY,
         principal: Arc::from("default"),
         standalone: StreamId::generate(),
+        client: None,
     };
     sessions.insert(record.clone()).await.unwrap();
     tokio::time::advance(idle).await;

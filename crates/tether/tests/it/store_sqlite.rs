@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tempfile::TempDir;
-use tether::proto::ids::SessionId;
+use tether::proto::ids::{SessionId, StreamId};
+use tether::proto::version::ProtocolVersion;
 use tether::store::sqlite::{self, Durability, SqliteOpenError, SqliteStoreConfig};
 use tether::store::suite::{Caps, Stores};
 use tether::store::{
-    EventStore, PIPELINE_WINDOW, SessionStore, StoreError, StreamKind, StreamOwner,
+    EventStore, PIPELINE_WINDOW, SessionRecord, SessionStore, StoreError, StreamKind, StreamOwner,
 };
 
 /// The default configuration, on a database file in `dir`.
@@ -539,6 +540,44 @@ async fn a_file_written_one_row_per_event_is_converted_when_opened() {
         )
         .unwrap();
     assert_eq!(old, 0, "the old table is gone");
+}
+
+/// A file written before sessions kept their client's handshake (no `client` column) opens
+/// with its sessions as they were, without one; sessions stored after keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_whose_sessions_have_no_client_column_opens_with_its_sessions() {
+    let dir = TempDir::new().unwrap();
+    let old = SessionRecord {
+        id: SessionId::generate(),
+        version: ProtocolVersion::LATEST_LEGACY,
+        principal: Arc::from("alice"),
+        standalone: StreamId::generate(),
+        client: None,
+    };
+    {
+        let (_events, sessions) = sqlite::open(config_in(dir.path())).unwrap();
+        sessions.insert(old.clone()).await.unwrap();
+    }
+    let conn = rusqlite::Connection::open(dir.path().join("tether.db")).unwrap();
+    conn.execute_batch("ALTER TABLE sessions DROP COLUMN client")
+        .unwrap();
+    drop(conn);
+
+    let new = SessionRecord {
+        id: SessionId::generate(),
+        client: Some(Arc::new(
+            serde_json::json!({"clientInfo": {"name": "later"}}),
+        )),
+        ..old.clone()
+    };
+    {
+        let (_events, sessions) = sqlite::open(config_in(dir.path())).unwrap();
+        assert_eq!(sessions.get(&old.id).await.unwrap(), Some(old.clone()));
+        sessions.insert(new.clone()).await.unwrap();
+    }
+    let (_events, sessions) = sqlite::open(config_in(dir.path())).unwrap();
+    assert_eq!(sessions.get(&new.id).await.unwrap(), Some(new));
+    assert_eq!(sessions.get(&old.id).await.unwrap(), Some(old));
 }
 
 /// The event cap evicts single events out of a chunk of many: what is left, and its usage,

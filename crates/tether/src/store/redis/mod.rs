@@ -1257,6 +1257,11 @@ impl SessionStore for RedisSessionStore {
     async fn insert(&self, record: SessionRecord) -> Result<(), StoreError> {
         let inner = &*self.inner;
         let version = record.version.to_string();
+        let client = record
+            .client
+            .as_deref()
+            .map(serde_json::Value::to_string)
+            .unwrap_or_default();
         inner
             .run(
                 &inner.scripts.session_insert,
@@ -1265,6 +1270,7 @@ impl SessionStore for RedisSessionStore {
                     &version,
                     &&*record.principal,
                     &record.standalone.as_str(),
+                    &client.as_str(),
                 ],
             )
             .await?;
@@ -1273,16 +1279,21 @@ impl SessionStore for RedisSessionStore {
 
     async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
         let inner = &*self.inner;
-        let (version, principal, standalone): (Option<String>, Option<String>, Option<String>) =
-            inner
-                .query(
-                    redis::cmd("HMGET")
-                        .arg(inner.key("sess", id.as_str()))
-                        .arg("v")
-                        .arg("p")
-                        .arg("st"),
-                )
-                .await?;
+        let (version, principal, standalone, client): (
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        ) = inner
+            .query(
+                redis::cmd("HMGET")
+                    .arg(inner.key("sess", id.as_str()))
+                    .arg("v")
+                    .arg("p")
+                    .arg("st")
+                    .arg("c"),
+            )
+            .await?;
         let (Some(version), Some(principal), Some(standalone)) = (version, principal, standalone)
         else {
             return Ok(None);
@@ -1292,6 +1303,10 @@ impl SessionStore for RedisSessionStore {
             version: ProtocolVersion::parse(&version).map_err(unavailable)?,
             principal: Arc::from(principal),
             standalone: StreamId::parse(&standalone).map_err(unavailable)?,
+            client: client
+                .map(|text| serde_json::from_str(&text).map_err(unavailable))
+                .transpose()?
+                .map(Arc::new),
         }))
     }
 

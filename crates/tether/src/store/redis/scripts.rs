@@ -347,11 +347,16 @@ return {'ok', out}
 "
 );
 
-/// Stores a session record, last seen now. ARGV: id, version, principal, standalone stream.
+/// Stores a session record, last seen now. ARGV: id, version, principal, standalone stream,
+/// the client's handshake as JSON ('' for none).
 pub(super) const SESSION_INSERT: &str = concat!(
     include_str!("prelude.lua"),
     r"
+redis.call('DEL', k_session(ARGV[7]))
 redis.call('HSET', k_session(ARGV[7]), 'v', ARGV[8], 'p', ARGV[9], 'st', ARGV[10])
+if ARGV[11] ~= '' then
+  redis.call('HSET', k_session(ARGV[7]), 'c', ARGV[11])
+end
 redis.call('ZADD', K_SEEN, now_ms(), ARGV[7])
 redis.call('SADD', k_principal(ARGV[9]), ARGV[7])
 return {'ok'}

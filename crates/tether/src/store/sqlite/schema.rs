@@ -117,9 +117,11 @@ pub(super) fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connec
              version TEXT NOT NULL,
              principal TEXT NOT NULL,
              standalone TEXT NOT NULL,
-             last_seen INTEGER NOT NULL
+             last_seen INTEGER NOT NULL,
+             client TEXT
          );"
     ))?;
+    add_session_client_column(&conn)?;
     convert_events_table(&conn)?;
     Ok(conn)
 }
@@ -146,6 +148,20 @@ pub(super) fn sealing_key(conn: &Connection) -> rusqlite::Result<[u8; 32]> {
             format!("sealing key of {} bytes, not 32", value.len()).into(),
         )
     })
+}
+
+/// Gives a file written before sessions kept their client's handshake the column for it
+/// (its sessions have none).
+fn add_session_client_column(conn: &Connection) -> rusqlite::Result<()> {
+    let present: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('sessions') WHERE name = 'client')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !present {
+        conn.execute_batch("ALTER TABLE sessions ADD COLUMN client TEXT")?;
+    }
+    Ok(())
 }
 
 /// Converts a file written before chunks: each row of its `events(stream, seq, frame)`

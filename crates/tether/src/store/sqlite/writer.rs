@@ -491,7 +491,7 @@ impl Writer {
         {
             let mut statement = self
                 .conn
-                .prepare("SELECT id, version, principal, standalone FROM sessions")?;
+                .prepare("SELECT id, version, principal, standalone, client FROM sessions")?;
             let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {
                 let parsed = (
@@ -504,6 +504,10 @@ impl Writer {
                     continue;
                 };
                 let principal: Arc<str> = Arc::from(row.get::<_, String>(2)?);
+                let client = row
+                    .get::<_, Option<String>>(4)?
+                    .and_then(|text| serde_json::from_str(&text).ok())
+                    .map(Arc::new);
                 records.insert(
                     id.clone(),
                     SessionRecord {
@@ -511,6 +515,7 @@ impl Writer {
                         version,
                         principal,
                         standalone,
+                        client,
                     },
                 );
             }
@@ -622,15 +627,17 @@ impl Writer {
             Command::InsertSession { record, reply } => {
                 self.conn
                     .prepare_cached(
-                        "INSERT OR REPLACE INTO sessions (id, version, principal, standalone, last_seen)
-                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                        "INSERT OR REPLACE INTO sessions
+                             (id, version, principal, standalone, last_seen, client)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     )?
                     .execute(params![
                         record.id.as_str(),
                         record.version.to_string(),
                         &*record.principal,
                         record.standalone.as_str(),
-                        now_ms()
+                        now_ms(),
+                        record.client.as_deref().map(serde_json::Value::to_string),
                     ])?;
                 self.record_changes.push((record.id.clone(), Some(record)));
                 answer(reply, Ok(()))
