@@ -5,8 +5,9 @@
 //!
 //! The adapter is the gateway with in-process children: a factory makes one rmcp service per
 //! legacy session (started by `initialize`) and one per principal in the 2026-07-28 era, each
-//! served by rmcp over one end of an in-memory byte pipe in the stdio framing, the gateway on
-//! the other. So the routing of what the service says — responses to their requests,
+//! served by rmcp on a transport that hands its messages to the gateway as values (no line is
+//! written or parsed between them; what the service says is queued in the order it says it).
+//! So the routing of what the service says — responses to their requests,
 //! progress by its token, logging, server→client requests (elicitation, sampling, roots, as
 //! `input_required` in the 2026-07-28 era), cancellations both ways — is the gateway's own
 //! code, not a second copy; `initialize` and `server/discover` answer with the rmcp server's
@@ -38,9 +39,14 @@ use ::rmcp::{ServerHandler, ServiceExt as _};
 use async_trait::async_trait;
 use serde_json::Value;
 use tether_proto::ids::SessionId;
-use tether_proto::jsonrpc::{ErrorObject, Notification, Request};
+use tether_proto::jsonrpc::{
+    ErrorObject, INVALID_REQUEST, Message, Notification, Request, Response,
+};
 
-use crate::gateway::{GatewayConfig, InProcessServer, Launch, StdioGateway};
+use crate::gateway::{
+    GatewayConfig, InProcessServer, Launch, PipeClosed, ServerInput, ServerOutput, ServerPipe,
+    StdioGateway,
+};
 
 /// Bytes in flight each way between an rmcp client and the bridge behind its transport.
 #[cfg(feature = "client")]
@@ -66,7 +72,7 @@ impl RmcpHandler {
         F: Fn() -> S + Send + Sync + 'static,
     {
         let config = GatewayConfig::new("rmcp", []);
-        let launch = Launch::InProcess(Arc::new(Factory(factory)));
+        let launch = Launch::InProcess(Arc::new(Factory { factory }));
         Self {
             gateway: StdioGateway::launching(config, launch),
         }
@@ -80,17 +86,23 @@ impl RmcpHandler {
 }
 
 /// Makes and serves one rmcp service per child of the gateway.
-struct Factory<F>(F);
+struct Factory<F> {
+    factory: F,
+}
 
 impl<S, F> InProcessServer for Factory<F>
 where
     S: ServerHandler,
     F: Fn() -> S + Send + Sync + 'static,
 {
-    fn serve(&self, io: tokio::io::DuplexStream) -> tokio::task::JoinHandle<()> {
-        let service = (self.0)();
-        tokio::spawn(async move {
-            match service.serve(io).await {
+    fn serve(&self, pipe: ServerPipe) -> tokio::task::JoinHandle<()> {
+        let service = (self.factory)();
+        let transport = PipeTransport {
+            input: pipe.input,
+            output: pipe.output,
+        };
+        let serving = async move {
+            match service.serve(transport).await {
                 Ok(running) => {
                     if let Err(error) = running.waiting().await {
                         tracing::warn!(%error, "the rmcp service stopped with an error");
@@ -98,7 +110,72 @@ where
                 }
                 Err(error) => tracing::warn!(%error, "the rmcp service did not start"),
             }
-        })
+        };
+        tokio::spawn(serving)
+    }
+}
+
+/// An rmcp service's transport to the gateway: its messages cross as values, converted
+/// between rmcp's types and tether's through `serde_json::Value`.
+struct PipeTransport {
+    input: ServerInput,
+    output: ServerOutput,
+}
+
+/// Why a message could not reach the gateway.
+#[derive(Debug, thiserror::Error)]
+enum PipeError {
+    #[error(transparent)]
+    Closed(#[from] PipeClosed),
+    #[error("the rmcp service said something that is not a JSON-RPC message: {0}")]
+    NotJsonRpc(String),
+}
+
+impl ::rmcp::transport::Transport<::rmcp::RoleServer> for PipeTransport {
+    type Error = PipeError;
+
+    fn send(
+        &mut self,
+        item: ::rmcp::service::TxJsonRpcMessage<::rmcp::RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // Converted and queued here, not in the future: rmcp runs each send as a task of its
+        // own, and only this call's order is the order the service said things in.
+        let said = serde_json::to_value(&item)
+            .map_err(|error| PipeError::NotJsonRpc(error.to_string()))
+            .and_then(|value| {
+                Message::from_value(value).map_err(|error| PipeError::NotJsonRpc(error.to_string()))
+            })
+            .map(|message| self.output.say(message));
+        async move { Ok(said?.await?) }
+    }
+
+    async fn receive(&mut self) -> Option<::rmcp::service::RxJsonRpcMessage<::rmcp::RoleServer>> {
+        loop {
+            let message = self.input.recv().await?;
+            match serde_json::from_slice(&message.to_vec()) {
+                Ok(read) => return Some(read),
+                // rmcp's own transports answer what they cannot read with -32600; so does
+                // this one, so the client's request is answered rather than left waiting.
+                Err(error) => {
+                    tracing::debug!(%error, "a message the rmcp service cannot read");
+                    if let Message::Request(request) = message {
+                        let refused = Response::error(
+                            Some(request.id),
+                            ErrorObject::new(
+                                INVALID_REQUEST,
+                                format!("the rmcp server cannot read this request: {error}"),
+                            ),
+                        );
+                        let _ = self.output.say(Message::Response(refused)).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.input.close();
+        Ok(())
     }
 }
 

@@ -21,6 +21,8 @@ mod example_axum_app;
     feature = "client"
 ))]
 mod example_rmcp_server;
+#[cfg(all(feature = "rmcp", feature = "sqlite"))]
+mod rmcp_adapter;
 
 #[cfg(all(feature = "client", feature = "server"))]
 mod client_call;

@@ -64,6 +64,9 @@ use crate::server::{
 };
 use crate::stdio;
 
+mod in_process;
+pub(crate) use in_process::{InProcessServer, PipeClosed, ServerInput, ServerOutput, ServerPipe};
+
 /// Default for [`GatewayConfig::initialize_timeout`]: generous for a server started through
 /// `npx` or `uvx` on a cold cache.
 pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -76,15 +79,12 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
-/// Bytes in flight each way between the gateway and an in-process server.
-const PIPE_BYTES: usize = 256 * 1024;
-
 /// What the gateway's children are.
 #[derive(Clone)]
 pub(crate) enum Launch {
     /// A process running [`GatewayConfig::program`], spoken to over its stdio.
     Process,
-    /// A server in this process, spoken to over a byte pipe with the same framing.
+    /// A server in this process, handed messages as values (`in_process`).
     #[cfg_attr(
         not(feature = "rmcp"),
         expect(
@@ -104,18 +104,10 @@ impl std::fmt::Debug for Launch {
     }
 }
 
-/// A server the gateway runs in this process, one per session or principal, as it would run
-/// a stdio child: JSON-RPC lines in, JSON-RPC lines out.
-pub(crate) trait InProcessServer: Send + Sync {
-    /// Starts one server on `io` and returns the task serving it, which ends when the
-    /// server is done (its input reached end-of-file, or it failed).
-    fn serve(&self, io: tokio::io::DuplexStream) -> tokio::task::JoinHandle<()>;
-}
-
 /// The server→client requests a 2026-07-28 client answers, as `input_required` questions.
 const QUESTION_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
 
-/// Lines queued for a child's stdin before writers wait.
+/// Messages queued for a child's input before writers wait.
 const STDIN_QUEUE: usize = 64;
 
 /// What the gateway runs and how.
@@ -245,8 +237,9 @@ impl StdioGateway {
     }
 
     /// A new in-process server for legacy session `session`, which outlived its server (this
-    /// process restarted): started with the gateway's own handshake at the session's version
-    /// (the client's `initialize` is not kept), so the session goes on. Concurrent requests
+    /// process restarted): started with the client's own handshake (its `clientInfo` and
+    /// capabilities, which the session store keeps) at the session's version, or the
+    /// gateway's where the store has none, so the session goes on. Concurrent requests
     /// of the session share one start; other sessions' starts do not wait for it.
     async fn revive(&self, session: &SessionContext) -> Result<Arc<Child>, ErrorObject> {
         let id = session.session_id().clone();
@@ -274,8 +267,12 @@ impl StdioGateway {
         let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
             .map_err(|error| gateway_error(format!("cannot start the server: {error}")))?;
         let version = session.protocol_version();
+        let handshake = match session.client() {
+            Some(client) => handshake_of(version, client),
+            None => handshake(version),
+        };
         let initialized = child
-            .initialize(&handshake(version), Some(version), &self.config)
+            .initialize(&handshake, Some(version), &self.config)
             .await;
         if let Err(error) = initialized {
             child.stop();
@@ -321,6 +318,20 @@ fn handshake(version: ProtocolVersion) -> Request {
             "capabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
             "clientInfo": {"name": "tether-gateway", "version": env!("CARGO_PKG_VERSION")},
         })),
+    )
+}
+
+/// A session's client's own `initialize` again, at `version`, from what the session kept of
+/// it (`SessionContext::client`).
+fn handshake_of(version: ProtocolVersion, client: &Value) -> Request {
+    let Value::Object(mut params) = client.clone() else {
+        return handshake(version);
+    };
+    params.insert("protocolVersion".into(), Value::from(version.as_str()));
+    Request::new(
+        RequestId::String("tether-initialize".into()),
+        "initialize",
+        Some(Value::Object(params)),
     )
 }
 
@@ -486,7 +497,7 @@ impl Handler for StdioGateway {
 
     async fn handle_notification(&self, notification: Notification, session: SessionContext) {
         if let Some(child) = self.child(session.session_id()) {
-            child.send(&Message::Notification(notification)).await;
+            child.send(Message::Notification(notification)).await;
         }
     }
 }
@@ -533,7 +544,8 @@ struct Routing {
 /// One session's, or one principal's, stdio server.
 struct Child {
     owner: Owner,
-    stdin: mpsc::Sender<Vec<u8>>,
+    /// Its input queue: a process's stdin, or an in-process server's input.
+    input: mpsc::Sender<Message>,
     routing: Mutex<Routing>,
     /// Cancelled to stop the child (the session ended).
     stop: CancellationToken,
@@ -557,25 +569,23 @@ impl Child {
         let Launch::InProcess(server) = launch else {
             return Self::spawn_process(config, owner);
         };
-        let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
+        let stop = CancellationToken::new();
+        let (ours, theirs) = in_process::pipe(STDIN_QUEUE, stop.clone());
         let serving = server.serve(theirs);
-        let (output, input) = tokio::io::split(ours);
-        let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-        let child = Arc::new(Self::new(owner, tx));
+        let child = Arc::new(Self::new(owner, ours.input, stop));
         tracing::info!(session = %child.owner, "in-process server started");
-        tokio::spawn(feed_stdin(input, rx, child.stop.clone()));
-        tokio::spawn(Arc::clone(&child).read_stdout(BufReader::new(output), config.max_line_bytes));
+        tokio::spawn(Arc::clone(&child).read_output(ours.output));
         tokio::spawn(Arc::clone(&child).reap_in_process(serving));
         Ok(child)
     }
 
-    /// A child of `owner` whose input lines go to `stdin`.
-    fn new(owner: Owner, stdin: mpsc::Sender<Vec<u8>>) -> Self {
+    /// A child of `owner` whose input messages go to `input`, stopped by `stop`.
+    fn new(owner: Owner, input: mpsc::Sender<Message>, stop: CancellationToken) -> Self {
         Self {
             owner,
-            stdin,
+            input,
             routing: Mutex::new(Routing::default()),
-            stop: CancellationToken::new(),
+            stop,
             exited: CancellationToken::new(),
         }
     }
@@ -601,7 +611,7 @@ impl Child {
             _ => return Err(std::io::Error::other("the child's pipes are missing")),
         };
         let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-        let child = Arc::new(Self::new(owner, tx));
+        let child = Arc::new(Self::new(owner, tx, CancellationToken::new()));
         let id = child.owner.to_string();
         tracing::info!(session = %id, pid = process.id(), "stdio server started");
         tokio::spawn(feed_stdin(stdin, rx, child.stop.clone()));
@@ -652,13 +662,11 @@ impl Child {
         self.stop.cancel();
     }
 
-    /// Writes one message to the child's stdin (dropped if the child is gone or being
+    /// Queues one message for the child's input (dropped if the child is gone or being
     /// stopped: a child that stops reading cannot hold a writer forever).
-    async fn send(&self, message: &Message) {
-        let mut line = message.to_vec();
-        line.push(b'\n');
+    async fn send(&self, message: Message) {
         tokio::select! {
-            _ = self.stdin.send(line) => {}
+            _ = self.input.send(message) => {}
             () = self.stop.cancelled() => {}
         }
     }
@@ -682,7 +690,7 @@ impl Child {
         let (tx, rx) = oneshot::channel();
         // Initialize has no request context: register a waiter keyed by its id.
         let waiter = InitializeWaiter::register(self, request.id.clone(), tx);
-        self.send(&Message::Request(forwarded)).await;
+        self.send(Message::Request(forwarded)).await;
         let answer = tokio::select! {
             answer = rx => match answer {
                 Ok(answer) => answer,
@@ -711,7 +719,7 @@ impl Child {
             self.fail(why.clone());
             return Err(failed(&why));
         }
-        self.send(&Message::Notification(Notification::new(
+        self.send(Message::Notification(Notification::new(
             "notifications/initialized",
             None,
         )))
@@ -745,7 +753,7 @@ impl Child {
             );
         }
         let sent = async {
-            self.send(&Message::Request(request)).await;
+            self.send(Message::Request(request)).await;
             rx.await
         };
         tokio::select! {
@@ -756,7 +764,7 @@ impl Child {
             () = context.cancelled() => {
                 lock(&self.routing).pending.remove(&id);
                 let params = json!({"requestId": id, "reason": "cancelled by the client"});
-                self.send(&Message::Notification(Notification::new(CANCELLED_NOTIFICATION, Some(params)))).await;
+                self.send(Message::Notification(Notification::new(CANCELLED_NOTIFICATION, Some(params)))).await;
                 Err(gateway_error("cancelled"))
             }
         }
@@ -795,6 +803,15 @@ impl Child {
                 }
             }
         }
+    }
+
+    /// Routes what an in-process server says; the end of its output is the end of the
+    /// child.
+    async fn read_output(self: Arc<Self>, mut output: in_process::GatewayOutput) {
+        while let Some(message) = output.recv().await {
+            self.route(message).await;
+        }
+        self.fail("its output ended".to_owned());
     }
 
     /// Delivers one message from the child.
@@ -864,7 +881,7 @@ impl Child {
                             gateway_error(format!("no answer from the client: {error}")),
                         ),
                     };
-                    child.send(&Message::Response(response)).await;
+                    child.send(Message::Response(response)).await;
                 });
             }
         }
@@ -1038,19 +1055,23 @@ impl Drop for InitializeWaiter {
     }
 }
 
-/// Writes queued lines to the child's stdin until the queue closes or the child is stopped;
-/// then closes stdin, which tells a stdio server to exit.
+/// Writes queued messages to the child's stdin, one per line, until the queue closes or the
+/// child is stopped; then closes stdin, which tells a stdio server to exit.
 async fn feed_stdin(
     mut stdin: impl tokio::io::AsyncWrite + Unpin,
-    mut lines: mpsc::Receiver<Vec<u8>>,
+    mut messages: mpsc::Receiver<Message>,
     stop: CancellationToken,
 ) {
+    let mut line = Vec::new();
     loop {
-        let line = tokio::select! {
-            line = lines.recv() => line,
+        let message = tokio::select! {
+            message = messages.recv() => message,
             () = stop.cancelled() => None,
         };
-        let Some(line) = line else { break };
+        let Some(message) = message else { break };
+        line.clear();
+        message.write_to(&mut line);
+        line.push(b'\n');
         if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
             break;
         }
