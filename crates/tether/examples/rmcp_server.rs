@@ -31,7 +31,7 @@ use tether::store::{StoreLimits, Stores};
 
 /// `count`'s arguments.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
-struct CountArgs {
+pub(crate) struct CountArgs {
     /// How many progress notifications to send.
     n: u64,
     /// Milliseconds between them.
@@ -39,8 +39,9 @@ struct CountArgs {
     interval_ms: u64,
 }
 
+/// The server (`rmcp_service_floor.rs` serves it too).
 #[derive(Debug, Clone, Copy)]
-struct Counter;
+pub(crate) struct Counter;
 
 #[tool_router(server_handler)]
 impl Counter {

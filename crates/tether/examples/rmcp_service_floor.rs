@@ -13,59 +13,18 @@
 
 use std::time::{Duration, Instant};
 
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, JsonRpcMessage, ProgressNotificationParam};
-use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
-use rmcp::{ErrorData, RoleServer, ServiceExt as _, schemars, tool, tool_router};
-use serde::Deserialize;
+use rmcp::model::JsonRpcMessage;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::{RoleServer, ServiceExt as _};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-/// `count`'s arguments.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-struct CountArgs {
-    /// How many progress notifications to send.
-    n: u64,
-    /// Milliseconds between them.
-    #[serde(default)]
-    interval_ms: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Counter;
-
-#[tool_router(server_handler)]
-impl Counter {
-    #[tool(description = "Counts to n, one progress notification per step")]
-    async fn count(
-        &self,
-        Parameters(CountArgs { n, interval_ms }): Parameters<CountArgs>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let token = context.meta.get_progress_token();
-        for i in 1..=n {
-            if let Some(token) = &token {
-                #[allow(clippy::cast_precision_loss)] // counts are far below 2^52
-                let mut progress = ProgressNotificationParam::new(token.clone(), i as f64);
-                #[allow(clippy::cast_precision_loss)]
-                {
-                    progress.total = Some(n as f64);
-                }
-                context
-                    .peer
-                    .notify_progress(progress)
-                    .await
-                    .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
-            }
-            if interval_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(interval_ms)).await;
-            }
-        }
-        Ok(CallToolResult::success(vec![ContentBlock::text(format!(
-            "counted {n}"
-        ))]))
-    }
-}
+// The example's server, its very code; the rest of that file (serving it through tether) is
+// not used here.
+#[allow(dead_code)]
+#[path = "rmcp_server.rs"]
+mod rmcp_server;
+use rmcp_server::Counter;
 
 /// The least a transport can do: messages in and out over channels.
 struct ChannelTransport {
