@@ -61,8 +61,8 @@ pub(crate) fn pipe(input_queue: usize, stop: CancellationToken) -> (GatewayEnd, 
     let server = ServerPipe {
         input: ServerInput {
             queue: input_rx,
-            stopped: Box::pin(stop.clone().cancelled_owned()),
-            stop,
+            stopped: Box::pin(stop.cancelled_owned()),
+            closed: false,
         },
         output: ServerOutput {
             queue: output_tx,
@@ -80,7 +80,8 @@ pub(crate) struct PipeClosed;
 /// The server's input.
 pub(crate) struct ServerInput {
     queue: mpsc::Receiver<Message>,
-    stop: CancellationToken,
+    /// The server closed its input.
+    closed: bool,
     /// Made once and polled by every `recv`: rmcp makes a new receive future each time its
     /// loop turns (once per message the service says), and a new wait on the token each time
     /// would cost more than the message.
@@ -90,7 +91,7 @@ pub(crate) struct ServerInput {
 impl std::fmt::Debug for ServerInput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerInput")
-            .field("stopped", &self.stop.is_cancelled())
+            .field("closed", &self.closed)
             .finish_non_exhaustive()
     }
 }
@@ -98,6 +99,9 @@ impl std::fmt::Debug for ServerInput {
 impl ServerInput {
     /// The next message for the server; `None` once the child is stopped (its end of input).
     pub(crate) async fn recv(&mut self) -> Option<Message> {
+        if self.closed {
+            return None;
+        }
         tokio::select! {
             biased;
             () = self.stopped.as_mut() => None,
@@ -105,10 +109,11 @@ impl ServerInput {
         }
     }
 
-    /// Ends the input: nothing more is received.
+    /// Ends the input on the server's side: nothing more is received, and the gateway's
+    /// sends find the queue closed.
     pub(crate) fn close(&mut self) {
+        self.closed = true;
         self.queue.close();
-        self.stop.cancel();
     }
 }
 
@@ -250,5 +255,17 @@ mod tests {
         );
         drop(gateway);
         assert!(server.output.say(note(3)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn input_the_server_closed_gives_nothing_more_and_refuses_the_gateway() {
+        let (gateway, mut server) = pipe(4, CancellationToken::new());
+        gateway.input.send(note(1)).await.unwrap();
+        server.input.close();
+        assert!(
+            server.input.recv().await.is_none(),
+            "closed, though one was queued"
+        );
+        assert!(gateway.input.send(note(2)).await.is_err());
     }
 }

@@ -64,8 +64,17 @@ use crate::server::{
 };
 use crate::stdio;
 
+#[cfg_attr(
+    not(feature = "rmcp"),
+    expect(
+        dead_code,
+        reason = "only the rmcp adapter serves on the in-process pipe"
+    )
+)]
 mod in_process;
-pub(crate) use in_process::{InProcessServer, PipeClosed, ServerInput, ServerOutput, ServerPipe};
+pub(crate) use in_process::InProcessServer;
+#[cfg(feature = "rmcp")]
+pub(crate) use in_process::{PipeClosed, ServerInput, ServerOutput, ServerPipe};
 
 /// Default for [`GatewayConfig::initialize_timeout`]: generous for a server started through
 /// `npx` or `uvx` on a cold cache.
