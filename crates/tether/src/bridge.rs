@@ -240,7 +240,7 @@ impl Bridge {
                 tracing::error!(%error, url = %self.url, "cannot connect");
                 let error = ErrorObject::new(
                     INTERNAL_ERROR,
-                    format!("tether connect: cannot reach {}: {error}", self.url),
+                    format!("tether: cannot reach {}: {error}", self.url),
                 );
                 self.emit(Message::Response(Response::error(Some(request.id), error)))
                     .await;
@@ -391,7 +391,7 @@ fn failure(id: RequestId, error: &Error) -> Message {
         Error::SessionExpired => "session_expired",
         _ => "transport",
     };
-    let error = ErrorObject::new(INTERNAL_ERROR, format!("tether connect: {error}"))
+    let error = ErrorObject::new(INTERNAL_ERROR, format!("tether: {error}"))
         .with_data(json!({"reason": reason}));
     Message::Response(Response::error(Some(id), error))
 }
