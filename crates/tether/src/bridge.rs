@@ -17,9 +17,10 @@
 //! (DELETE) and ends [`run`].
 //!
 //! [`ClientConfig::protocol`] chooses the era; under `auto` the bridge keeps the 2025 era
-//! wherever the server serves it ([`ClientConfig::prefer_tasks`] off). Against a server spoken
-//! to in the 2026-07-28 era the local client still speaks the 2025 one: its `initialize` is answered by the bridge
-//! from `server/discover` (at the version it asked for), its requests become stateless ones
+//! wherever the server serves it ([`ClientConfig::prefer_tasks`] off). Against a server
+//! spoken to in the 2026-07-28 era the local client still speaks the 2025 one: its
+//! `initialize` is answered by the bridge from `server/discover` (at the version it asked
+//! for), its requests become stateless ones
 //! (a `tools/call` a task where the server offers tasks), and the server's questions
 //! (`input_required`) become requests to the local client under the bridge's ids
 //! (`tether-connect-<n>`), whose answers the client sends back with the retried request. A
@@ -122,7 +123,7 @@ impl Bridge {
         let Some(out_rx) = self.out_rx.take() else {
             return;
         };
-        let writer = tokio::spawn(write_lines(out_rx, output));
+        let mut writer = tokio::spawn(write_lines(out_rx, output));
         let mut line = Vec::new();
         loop {
             line.clear();
@@ -154,7 +155,6 @@ impl Bridge {
         }
         drop(self.out);
         // The last messages reach the local client unless it stopped reading.
-        let mut writer = writer;
         if tokio::time::timeout(CLOSE_TIMEOUT, &mut writer)
             .await
             .is_err()

@@ -134,11 +134,12 @@ impl Handler for DemoHandler {
         }
     }
 
-    /// `count` runs as a task for a 2026-07-28 client that declares the tasks extension.
+    /// `count` may run as a task.
     fn offers_tasks(&self) -> bool {
         true
     }
 
+    /// `count` runs as a task for a 2026-07-28 client that declares the tasks extension.
     fn task_support(&self, call: &Request) -> crate::server::TaskSupport {
         let tool = call
             .params

@@ -72,7 +72,7 @@ impl RmcpHandler {
         F: Fn() -> S + Send + Sync + 'static,
     {
         let config = GatewayConfig::new("rmcp", []);
-        let launch = Launch::InProcess(Arc::new(Factory { factory }));
+        let launch = Launch::InProcess(Arc::new(Factory(factory)));
         Self {
             gateway: StdioGateway::launching(config, launch),
         }
@@ -86,9 +86,7 @@ impl RmcpHandler {
 }
 
 /// Makes and serves one rmcp service per child of the gateway.
-struct Factory<F> {
-    factory: F,
-}
+struct Factory<F>(F);
 
 impl<S, F> InProcessServer for Factory<F>
 where
@@ -96,12 +94,12 @@ where
     F: Fn() -> S + Send + Sync + 'static,
 {
     fn serve(&self, pipe: ServerPipe) -> tokio::task::JoinHandle<()> {
-        let service = (self.factory)();
+        let service = (self.0)();
         let transport = PipeTransport {
             input: pipe.input,
             output: pipe.output,
         };
-        let serving = async move {
+        tokio::spawn(async move {
             match service.serve(transport).await {
                 Ok(running) => {
                     if let Err(error) = running.waiting().await {
@@ -110,8 +108,7 @@ where
                 }
                 Err(error) => tracing::warn!(%error, "the rmcp service did not start"),
             }
-        };
-        tokio::spawn(serving)
+        })
     }
 }
 

@@ -30,6 +30,11 @@
 //! notification outside any request is dropped (docs/CONTRACTS.md#gateway-modern). A principal's child that dies fails its requests in
 //! flight, and the next request starts a new one.
 //!
+//! The rmcp adapter's children are servers in this process instead (`Launch::InProcess`),
+//! handed messages as values over a bounded, ordered pipe (`in_process`) and routed by the
+//! same code; a legacy session that outlived its in-process server (a restart) gets a new one
+//! on its next request, started with the client's own handshake as the session store kept it.
+//!
 //! A child that exits, writes a line that is not a JSON-RPC message (or longer than
 //! [`GatewayConfig::max_line_bytes`]) or does not answer `initialize` in time fails its
 //! session: the requests in flight get JSON-RPC errors and the session answers 404 from then
@@ -41,7 +46,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -166,7 +171,7 @@ pub struct StdioGateway {
 #[derive(Debug, Default)]
 struct Reviving {
     started: tokio::sync::Mutex<()>,
-    ended: std::sync::atomic::AtomicBool,
+    ended: AtomicBool,
 }
 
 /// Where a principal's child lives; locked while one starts, so concurrent first requests
@@ -229,7 +234,7 @@ impl StdioGateway {
             tracing::error!(principal, %error, "cannot start the stdio server");
             gateway_error(format!("cannot start the stdio server: {error}"))
         })?;
-        let handshake = handshake(ProtocolVersion::LATEST_LEGACY);
+        let handshake = handshake(ProtocolVersion::LATEST_LEGACY, None);
         let result = match child.initialize(&handshake, None, &self.config).await {
             Ok(result) => result,
             Err(error) => {
@@ -276,12 +281,12 @@ impl StdioGateway {
         let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
             .map_err(|error| gateway_error(format!("cannot start the server: {error}")))?;
         let version = session.protocol_version();
-        let handshake = match session.client() {
-            Some(client) => handshake_of(version, client),
-            None => handshake(version),
-        };
         let initialized = child
-            .initialize(&handshake, Some(version), &self.config)
+            .initialize(
+                &handshake(version, session.client()),
+                Some(version),
+                &self.config,
+            )
             .await;
         if let Err(error) = initialized {
             child.stop();
@@ -289,7 +294,7 @@ impl StdioGateway {
         }
         let mut children = lock(&self.children);
         // Ended (DELETE, expiry) during the handshake: nothing would ever stop it later.
-        if reviving.ended.load(std::sync::atomic::Ordering::SeqCst) {
+        if reviving.ended.load(Ordering::SeqCst) {
             drop(children);
             child.stop();
             return Err(gateway_error("the session ended"));
@@ -316,31 +321,24 @@ impl StdioGateway {
     }
 }
 
-/// The gateway's own `initialize` for a child no client initialized: at `version`, declaring
-/// the capabilities the gateway maps (to 2026-07-28 input requests, or to a session's client).
-fn handshake(version: ProtocolVersion) -> Request {
-    Request::new(
-        RequestId::String("tether-initialize".into()),
-        "initialize",
-        Some(json!({
-            "protocolVersion": version.as_str(),
+/// The `initialize` the gateway sends a child no client initialized, at `version`: with what
+/// a session's client said of itself (`SessionContext::client`, its `clientInfo` and
+/// capabilities) where there is that, else the gateway's own, declaring the capabilities it
+/// maps (to 2026-07-28 input requests, or to a session's client).
+fn handshake(version: ProtocolVersion, client: Option<&Value>) -> Request {
+    let mut params = match client {
+        Some(client @ Value::Object(_)) => client.clone(),
+        _ => json!({
             "capabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
             "clientInfo": {"name": "tether-gateway", "version": env!("CARGO_PKG_VERSION")},
-        })),
-    )
-}
-
-/// A session's client's own `initialize` again, at `version`, from what the session kept of
-/// it (`SessionContext::client`).
-fn handshake_of(version: ProtocolVersion, client: &Value) -> Request {
-    let Value::Object(mut params) = client.clone() else {
-        return handshake(version);
+        }),
     };
-    params.insert("protocolVersion".into(), Value::from(version.as_str()));
+    // Both are objects: this sets a member.
+    params["protocolVersion"] = Value::from(version.as_str());
     Request::new(
         RequestId::String("tether-initialize".into()),
         "initialize",
-        Some(Value::Object(params)),
+        Some(params),
     )
 }
 
@@ -414,12 +412,13 @@ impl Handler for StdioGateway {
         Ok(self.principal_child(principal).await?.info)
     }
 
-    /// Every tool may run as a task: the child's call is then held by tether, not by the
-    /// client's connection.
+    /// Every `tools/call` may run as a task.
     fn offers_tasks(&self) -> bool {
         true
     }
 
+    /// Every tool may run as a task: the child's call is then held by tether, not by the
+    /// client's connection.
     fn task_support(&self, call: &Request) -> TaskSupport {
         let _ = call;
         TaskSupport::Optional
@@ -455,9 +454,7 @@ impl Handler for StdioGateway {
 
     fn session_closed(&self, session: &SessionId) {
         if let Some(reviving) = lock(&self.reviving).get(session) {
-            reviving
-                .ended
-                .store(true, std::sync::atomic::Ordering::SeqCst);
+            reviving.ended.store(true, Ordering::SeqCst);
         }
         if let Some(child) = self.remove(session) {
             tracing::info!(session = %session, "stopping the session's stdio server");

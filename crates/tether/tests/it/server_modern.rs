@@ -98,11 +98,11 @@ impl Handler for Asking {
         }
     }
 
-    /// `greet` may run as a task (its question then waits in the task).
     fn offers_tasks(&self) -> bool {
         true
     }
 
+    /// `greet` may run as a task (its question then waits in the task).
     fn task_support(&self, call: &Request) -> TaskSupport {
         match call.params.as_ref().and_then(|p| p["name"].as_str()) {
             Some("greet" | "steps") => TaskSupport::Optional,
