@@ -23,7 +23,8 @@
 #   ts       interop/ts/server.mjs, @modelcontextprotocol/sdk 1.32.2 with its event store
 #   python   interop/python/server.py, mcp 2.3.0 with its event store
 #   raw      a raw ceiling: a minimal hyper server writing tether-shaped SSE frames encoded in
-#            64 KiB batches (target/peers/raw-ceiling, sources below); throughput only
+#            64 KiB batches (target/peers/raw-ceiling, sources below); throughput, and the
+#            round trips' ceiling (`count {n: 0}` answered with a preformatted JSON result)
 #   rmcp_on_rmcp, rmcp_on_tether_memory, rmcp_on_tether_sqlite  one rmcp server's code
 #            (crates/tether/examples/rmcp_server.rs, `#[tool_router]`) on rmcp's own
 #            StreamableHttpService (`--transport rmcp`, in memory) and through tether's
@@ -33,10 +34,10 @@
 # per store: resume (100 000 stored), fanout with BIG_C sessions, idle (IDLE sessions, on a
 # fresh server); `tether bench store` (memory, SQLite, Redis in process) with 50 streams and
 # with one; and two nodes on the redis target's database (fanout on one node, then on both at
-# once, with redis-server's own CPU use).
+# once, with the cores redis-server and each node used and how busy the whole machine was).
 # Then 2026-07-28 round trips (`tether bench roundtrip`, 1 and 50 clients, RT_SECONDS each)
-# against each tether store and rmcp's stateless server (`rmcp_modern`: interop/rmcp,
-# `--era modern`, built by scripts/peers.sh); and `tether bench tasks` on each tether store and
+# against each tether store, rmcp's stateless server (`rmcp_modern`: interop/rmcp,
+# `--era modern`, built by scripts/peers.sh) and the raw ceiling; and `tether bench tasks` on each tether store and
 # on rmcp's task server (`rmcp_tasks`: interop/rmcp `--era modern --tasks`).
 # Environment: N (50000), RUNS (3), C (50), FANOUT_N (200), BIG_C (1000), IDLE (1000), RT_SECONDS (3),
 # SKIP (space-separated targets to leave out), BEFORE (an older `tether` binary: served as
@@ -110,9 +111,11 @@ debug = "line-tables-only"
 RUST_EOF
 put $peers/raw-ceiling/src/main.rs <<'RUST_EOF'
 //! Usage: raw-ceiling --bind 127.0.0.1:0; prints `peer: serving http://ADDR/mcp`.
-//! POST initialize: JSON result with `Mcp-Session-Id`; a notification: 202; tools/call
-//! `count {n}`: `text/event-stream` with a priming event, n progress frames and the result,
-//! each `event: message` with an id `<22 chars>:<seq>`, as tether frames them.
+//! POST initialize: JSON result with `Mcp-Session-Id`; `server/discover`: a 2026-07-28 JSON
+//! result; a notification: 202; tools/call `count {n}`: `text/event-stream` with a priming
+//! event, n progress frames and the result, each `event: message` with an id
+//! `<22 chars>:<seq>`, as tether frames them; `count {n: 0}` (the round trips): the result
+//! alone, as JSON.
 
 use std::convert::Infallible;
 use std::io::Write as _;
@@ -148,11 +151,28 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
             r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"raw-ceiling","version":"0"}}}"#,
         ));
     }
+    if method == "server/discover" {
+        return Ok(full(
+            StatusCode::OK,
+            "application/json",
+            r#"{"jsonrpc":"2.0","id":0,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"serverInfo":{"name":"raw-ceiling","version":"0"}}}"#,
+        ));
+    }
     if method != "tools/call" {
         return Ok(full(StatusCode::ACCEPTED, "text/plain", ""));
     }
     let n = message["params"]["arguments"]["n"].as_u64().unwrap_or(0);
     let id = message["id"].to_string();
+    if n == 0 {
+        // The round-trip ceiling: the answer alone, as JSON, formatted without a serializer.
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"counted 0"}}]}}}}"#
+        );
+        return Ok(Response::builder()
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)).boxed())
+            .unwrap());
+    }
     let token = message["params"]["_meta"]["progressToken"].to_string();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
     tokio::spawn(async move {
@@ -363,11 +383,12 @@ for name in "${targets[@]}"; do
 done
 
 # 2026-07-28 round trips: stateless `tools/call` (`count {n: 0}`) from 1 and from 50 clients,
-# against each tether store and rmcp's stateless server (interop/rmcp, `--era modern`).
+# against each tether store, rmcp's stateless server (interop/rmcp, `--era modern`) and the
+# raw ceiling (a server that does no work: what this machine and this client allow).
 if want rmcp; then
   start rmcp_modern target/peers/rmcp-target/release/rmcp-peer --era modern --bind 127.0.0.1:0
 fi
-for name in sqlite memory redis rmcp_modern; do
+for name in sqlite memory redis rmcp_modern raw; do
   url_var=URL_$name
   if [ -n "${!url_var:-}" ]; then
     pid_var=PID_$name
@@ -419,28 +440,22 @@ fi
 # database).
 if want redis; then
   start redis_b $tether "${tether_flags[@]}" --store "$redis_flag" --node-id bench-b
-  # redis-server's CPU time (clock ticks) and the wall clock around each phase: how busy
-  # Redis itself was.
-  redis_cpu() { awk '{print $14 + $15}' "/proc/$redis_pid/stat"; }
-  t0=$(date +%s.%N) c0=$(redis_cpu)
-  bench redis-one-node fanout --url "$URL_redis" -c $((2 * C)) --n $((10 * FANOUT_N))
-  t1=$(date +%s.%N) c1=$(redis_cpu)
-  bench redis-node-a fanout --url "$URL_redis" -c "$C" --n $((10 * FANOUT_N)) &
+  # Each fanout also reports, over its unpaced streams, how busy the whole machine was and
+  # the cores redis-server and the node used.
+  bench redis-one-node fanout --url "$URL_redis" -c $((2 * C)) --n $((10 * FANOUT_N)) \
+    --pid "$redis_pid" --pid "$PID_redis"
+  bench redis-node-a fanout --url "$URL_redis" -c "$C" --n $((10 * FANOUT_N)) \
+    --pid "$redis_pid" --pid "$PID_redis" &
   node_a=$!
-  bench redis-node-b fanout --url "$URL_redis_b" -c "$C" --n $((10 * FANOUT_N))
+  bench redis-node-b fanout --url "$URL_redis_b" -c "$C" --n $((10 * FANOUT_N)) \
+    --pid "$redis_pid" --pid "$PID_redis_b"
   wait "$node_a" || true
-  t2=$(date +%s.%N) c2=$(redis_cpu)
-  python3 - "$t0" "$t1" "$t2" "$c0" "$c1" "$c2" >"$out/redis-cpu.json" <<'PY_EOF' || true
-import json, os, sys
-t0, t1, t2, c0, c1, c2 = map(float, sys.argv[1:])
-tick = os.sysconf("SC_CLK_TCK")
-print(json.dumps({"one_node": (c1 - c0) / tick / (t1 - t0), "two_nodes": (c2 - c1) / tick / (t2 - t1)}))
-PY_EOF
+  echo "{\"redis\": $redis_pid, \"a\": $PID_redis, \"b\": $PID_redis_b}" >"$out/redis-pids.json"
 
 fi
 
 python3 - "$out" "$N" "$C" "$BIG_C" "$BEFORE" "$BEFORE_STORE" <<'PY_EOF'
-import json, pathlib, sys
+import json, os, pathlib, sys
 out, n, c, big_c, before, before_store = pathlib.Path(sys.argv[1]), *sys.argv[2:7]
 def load(name, scenario):
     p = out / f"{name}-{scenario}.json"
@@ -494,11 +509,15 @@ for name in names:
 print()
 for clients in (1, 50):
     key = f"clients_{clients}_calls_per_sec"
-    cells = [f"{name} {rate(name, 'roundtrip', key):,.0f}" for name in ["sqlite", "memory", "redis", "rmcp_modern"] if rate(name, "roundtrip", key)]
+    cells = [f"{name} {rate(name, 'roundtrip', key):,.0f}" for name in ["sqlite", "memory", "redis", "rmcp_modern", "raw"] if rate(name, "roundtrip", key)]
     print(f"roundtrip calls/s, {clients} client(s): " + ", ".join(cells))
+    if rate("raw", "roundtrip", key) and rate("rmcp_modern", "roundtrip", key):
+        print(f"roundtrip raw/rmcp, {clients} client(s): {rate('raw', 'roundtrip', key) / rate('rmcp_modern', 'roundtrip', key):.2f}x (the ceiling: no server makes more here)")
     for name in ["sqlite", "memory", "redis"]:
         if rate(name, "roundtrip", key) and rate("rmcp_modern", "roundtrip", key):
             print(f"roundtrip {name}/rmcp, {clients} client(s): {rate(name, 'roundtrip', key) / rate('rmcp_modern', 'roundtrip', key):.2f}x (target >= 2x)")
+        if rate(name, "roundtrip", key) and rate("raw", "roundtrip", key):
+            print(f"roundtrip {name}/raw, {clients} client(s): {rate(name, 'roundtrip', key) / rate('raw', 'roundtrip', key):.2f}x")
         cpu = f"clients_{clients}_server_cpu_us_per_call"
         if rate(name, "roundtrip", cpu) and rate("rmcp_modern", "roundtrip", cpu):
             print(f"roundtrip server CPU per call rmcp/{name}, {clients} client(s): {rate('rmcp_modern', 'roundtrip', cpu) / rate(name, 'roundtrip', cpu):.2f}x")
@@ -529,10 +548,14 @@ b = rate("redis-node-b", "fanout", "aggregate_events_per_sec")
 if one and a and b:
     print(f"two redis nodes: one node {one:,.0f} events/s (C={2 * int(c)}), two nodes {a:,.0f} + {b:,.0f} = {a + b:,.0f} (C={c} each): {(a + b) / one:.2f}x (target >= 1.6x)")
     try:
-        cpu = json.loads((out / "redis-cpu.json").read_text())
-        print(f"redis-server busy: {cpu['one_node']:.0%} of a core with one node, {cpu['two_nodes']:.0%} with two")
-    except Exception:
-        pass
+        pid = json.loads((out / "redis-pids.json").read_text())
+        one_r, a_r = load("redis-one-node", "fanout"), load("redis-node-a", "fanout")
+        b_r = load("redis-node-b", "fanout")
+        cores = lambda r, who: r[f"pid_{pid[who]}_cores"]
+        print(f"while the streams ran, one node: machine {one_r['machine_busy']:.0%} busy (all {os.cpu_count()} cores: nodes, bench clients, redis-server), node {cores(one_r, 'a'):.2f} cores, redis-server {cores(one_r, 'redis'):.2f}")
+        print(f"while the streams ran, two nodes: machine {a_r['machine_busy']:.0%} and {b_r['machine_busy']:.0%} busy (each bench's window), nodes {cores(a_r, 'a'):.2f} + {cores(b_r, 'b'):.2f} cores, redis-server {cores(a_r, 'redis'):.2f}")
+    except Exception as error:
+        print(f"two redis nodes: no CPU readings ({error})")
     print()
 for name, scenario in singles:
     r = load(name, scenario)

@@ -7,8 +7,9 @@
 //! without `--url`; `--store` picks another store). Scenarios:
 //!
 //! - `throughput`: one `count` stream, n events, no interval: events/s end to end.
-//! - `fanout`: C concurrent sessions, each streaming: aggregate events/s, then event latency
-//!   percentiles on paced streams (the method is in [`scenarios::fanout`]).
+//! - `fanout`: C concurrent sessions, each streaming: aggregate events/s (and how busy the
+//!   whole machine was meanwhile), then event latency percentiles on paced streams (the
+//!   method is in [`scenarios::fanout`]).
 //! - `resume`: a stream with K stored events, cut and resumed: time to the first replayed
 //!   event, replay events/s next to first-delivery events/s.
 //! - `idle`: S idle sessions, then one open GET stream each: the server's RSS per session
@@ -137,6 +138,10 @@ struct FanoutArgs {
     /// `interval_ms` of the paced phase.
     #[arg(long, default_value_t = 50)]
     interval_ms: u64,
+    /// Processes (the server's, or a store's such as `redis-server`) whose CPU use while the
+    /// unpaced streams ran is reported too, in cores; repeatable.
+    #[arg(long, value_name = "PID")]
+    pid: Vec<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -335,12 +340,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             }
             Scenario::Fanout(a) => {
                 let server = Server::resolve(&a.target)?;
+                let pids: Vec<u32> = a.pid.iter().copied().chain(server.pid()).collect();
                 scenarios::fanout(
                     server.url(),
                     a.sessions,
                     a.n,
                     a.latency_events,
                     a.interval_ms,
+                    &pids,
                 )
                 .await
             }

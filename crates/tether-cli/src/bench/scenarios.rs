@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::mcp::{Session, Stateless, Stop, Tally, http_client, http_client_builder, read_count};
-use super::spawn::{cpu_seconds, rss_bytes};
+use super::spawn::{cpu_seconds, machine_busy, machine_cpu_ticks, rss_bytes};
 use super::{Report, median, per_second};
 
 /// Sessions initialized at once when a scenario opens many: enough to keep the server busy,
@@ -170,12 +170,18 @@ pub(crate) async fn fanout(
     n: u64,
     latency_events: u64,
     interval_ms: u64,
+    pids: &[u32],
 ) -> anyhow::Result<Report> {
     ensure!(latency_events >= 2, "--latency-events must be at least 2");
     let http = http_client()?;
     let sessions = sessions(&http, url, c).await?;
 
     // Phase 1: aggregate events/s.
+    let cpu_before = machine_cpu_ticks()?;
+    let pids_before = pids
+        .iter()
+        .map(|&pid| cpu_seconds(pid))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let start = Instant::now();
     let mut tasks = JoinSet::new();
     for session in &sessions {
@@ -191,6 +197,14 @@ pub(crate) async fn fanout(
         }
     }
     let aggregate_elapsed = start.elapsed();
+    let busy = machine_busy(cpu_before, machine_cpu_ticks()?);
+    let mut process_cores = Vec::with_capacity(pids.len());
+    for (&pid, before) in pids.iter().zip(pids_before) {
+        process_cores.push((
+            pid,
+            (cpu_seconds(pid)? - before) / aggregate_elapsed.as_secs_f64(),
+        ));
+    }
     if let Some(error) = first_failure {
         return Err(error.context(format!("{failures} of {c} unpaced streams failed")));
     }
@@ -276,6 +290,18 @@ pub(crate) async fn fanout(
         per_second(c * n, aggregate_elapsed),
         "events/s",
     );
+    report.add(
+        "machine_busy",
+        busy,
+        "of every core, all processes, while the unpaced streams ran",
+    );
+    for (pid, cores) in process_cores {
+        report.add(
+            format!("pid_{pid}_cores"),
+            cores,
+            "cores this process used while the unpaced streams ran",
+        );
+    }
     report.add("latency_events", received, "events (paced)");
     report.add("interval_ms", interval_ms, "ms");
     report.add("period_ms", ms(period), "ms (measured spacing)");

@@ -159,6 +159,37 @@ pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     Ok(tick(11)? + tick(12)?)
 }
 
+/// The whole machine's CPU time so far, from the first line of `/proc/stat`, as `(busy,
+/// total)` clock ticks summed over every core: busy is user, nice, system and interrupt
+/// time; total adds idle, iowait and steal. Two readings give how busy the machine was
+/// between them, every process included.
+pub(crate) fn machine_cpu_ticks() -> anyhow::Result<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("cpu "))
+        .context("no cpu line in /proc/stat")?
+        .split_whitespace()
+        .map(|field| field.parse().context("a field of /proc/stat's cpu line"))
+        .collect::<anyhow::Result<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let [user, nice, system, idle, iowait, irq, softirq, steal, ..] = fields[..] else {
+        anyhow::bail!("/proc/stat's cpu line has {} fields, not 8", fields.len());
+    };
+    let busy = user + nice + system + irq + softirq;
+    Ok((busy, busy + idle + iowait + steal))
+}
+
+/// How busy the whole machine was between two [`machine_cpu_ticks`] readings: 0 idle, 1
+/// every core busy.
+#[allow(clippy::cast_precision_loss)] // ticks of a benchmark run are far below 2^52
+pub(crate) fn machine_busy(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let busy = after.0.saturating_sub(before.0);
+    let total = after.1.saturating_sub(before.1).max(1);
+    busy as f64 / total as f64
+}
+
 /// The resident set size of process `pid` in bytes (`VmRSS` of `/proc/<pid>/status`).
 pub(crate) fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
