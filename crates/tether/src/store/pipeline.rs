@@ -36,8 +36,8 @@
 //! that must not lose one (a request's final response) follows it with
 //! [`EventStore::flush`](super::EventStore::flush) and appends again on an error.
 
-// Each durable backend uses part of this module: the lane queue and the committed tail are
-// SQLite's, the direct hand-off and demotion Redis's.
+// Each durable backend uses part of this module: the lane queue is SQLite's, the direct
+// hand-off and demotion Redis's; both keep committed tails.
 #![cfg_attr(not(all(feature = "sqlite", feature = "redis")), allow(dead_code))]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -119,8 +119,12 @@ pub(crate) struct Lane {
     /// Another writer appended to the stream: the committer stores this lane's frames one by
     /// one at whatever seq is next (see [`Lane::demote`]).
     demoted: AtomicBool,
+    /// The backend was seen holding events below this seq (`u64::MAX`: it said the stream
+    /// ended or is gone), perhaps some this lane has not heard committed (see
+    /// [`Lane::saw_backend_at`]).
+    backend_next: AtomicU64,
     failure: Mutex<Option<StoreError>>,
-    /// Woken when `durable` moves or the lane is poisoned.
+    /// Woken when `durable` moves or the lane is poisoned or demoted.
     moved: Notify,
     budget: Arc<Semaphore>,
     /// The newest committed frames, oldest first (see "The committed tail").
@@ -195,6 +199,7 @@ impl Pipeline {
             durable: AtomicU64::new(next_seq),
             poisoned: AtomicBool::new(false),
             demoted: AtomicBool::new(false),
+            backend_next: AtomicU64::new(0),
             failure: Mutex::new(None),
             moved: Notify::new(),
             budget: Arc::clone(&self.budget),
@@ -463,6 +468,67 @@ impl Lane {
         self.remember(std::iter::once((seq, frame, message_at)));
     }
 
+    /// Keeps the frames of `appends`, committed on this lane from seq `from` on (earlier ones
+    /// were evicted in the same commit), in the tail: for a committer that reports its
+    /// commits to the lane itself rather than through [`report_committed`]. The frames are
+    /// taken out of `appends`.
+    pub(crate) fn remember_appends(&self, appends: &mut [Queued], from: u64) {
+        self.remember(
+            appends
+                .iter_mut()
+                .filter(|append| append.id.seq >= from)
+                .map(|append| {
+                    (
+                        append.id.seq,
+                        std::mem::take(&mut append.frame),
+                        append.message_at,
+                    )
+                }),
+        );
+    }
+
+    /// Drops the tail's frames before seq `first`: the backend evicted them (its caps), so
+    /// a reader from there must hear so from the backend.
+    pub(crate) fn forget_before(&self, first: u64) {
+        let mut tail = guard(&self.tail);
+        let mut dropped = 0;
+        while tail.frames.front().is_some_and(|&(seq, _, _)| seq < first) {
+            if let Some((_, old, _)) = tail.frames.pop_front() {
+                tail.bytes -= old.len();
+                dropped += old.len();
+            }
+        }
+        self.tails.fetch_sub(dropped, Ordering::Relaxed);
+    }
+
+    /// The seq after the lane's last committed event, when it is the stream's own (the lane
+    /// neither failed nor shares its stream with another writer): a waiter for events after
+    /// a seq below it need not ask the backend.
+    pub(crate) fn committed_next(&self) -> Option<u64> {
+        if self.poisoned.load(Ordering::Acquire) || self.is_demoted() {
+            return None;
+        }
+        Some(self.durable.load(Ordering::Acquire))
+    }
+
+    /// Notes that the backend holds events below `next` (`u64::MAX`: the stream ended or is
+    /// gone there): until the lane's own commits reach it, the tail does not answer, and
+    /// readers hear it all from the backend. For a backend where another
+    /// writer can append or end a stream without this lane seeing it (Redis, across nodes).
+    pub(crate) fn saw_backend_at(&self, next: u64) {
+        self.backend_next.fetch_max(next, Ordering::AcqRel);
+    }
+
+    /// Waits until every seq below `next` is committed, or the lane can no longer say
+    /// ([`committed_next`](Self::committed_next) is `None`).
+    pub(crate) async fn wait_committed(&self, next: u64) {
+        self.wait_until(|| match self.committed_next() {
+            Some(committed) if committed < next => None,
+            _ => Some(()),
+        })
+        .await;
+    }
+
     /// The frames [`Pipeline::append_to_lane`] queued on this lane since the last call, in
     /// seq order.
     pub(crate) fn take_queued(&self) -> Vec<Queued> {
@@ -505,8 +571,9 @@ impl Lane {
 
     /// The committed events of `owner`'s stream from seq `from` on, at most `limit`, from the
     /// tail: `None` when the tail cannot answer (it does not reach back to `from`, or is
-    /// empty; the lane failed or was demoted; `owner` does not own the stream), and the
-    /// backend must. An empty list means `from` is the next seq to commit.
+    /// empty; the lane failed or was demoted; `owner` does not own the stream; the backend
+    /// was seen holding more than the lane committed), and the backend must. An empty list means
+    /// `from` is the next seq to commit.
     pub(crate) fn read_tail(
         &self,
         owner: &StreamOwner,
@@ -524,6 +591,11 @@ impl Lane {
         let &(first, _, _) = tail.frames.front()?;
         let next = first + tail.frames.len() as u64;
         if from < first || from > next {
+            return None;
+        }
+        if self.backend_next.load(Ordering::Acquire) > next {
+            // The backend holds more (or an end) than this lane committed: only it can
+            // answer in full.
             return None;
         }
         let skip = usize::try_from(from - first).ok()?;
@@ -556,6 +628,7 @@ impl Lane {
     /// with [`committed`](Self::committed) under the seq the lane gave it.
     pub(crate) fn demote(&self) {
         self.demoted.store(true, Ordering::Release);
+        self.moved.notify_waiters();
     }
 
     /// Whether [`demote`](Self::demote) was called.
@@ -610,6 +683,42 @@ mod tests {
 
     fn message(n: usize) -> String {
         format!(r#"{{"jsonrpc":"2.0","method":"m","params":{{"n":{n}}}}}"#)
+    }
+
+    #[tokio::test]
+    async fn evicted_frames_leave_the_tail_and_a_demoted_lane_knows_no_commits() {
+        let pipeline = Pipeline::default();
+        let (stream, owner) = (StreamId::generate(), owner());
+        pipeline.open(stream, &owner, 1);
+        let lane = pipeline.lane(stream).unwrap();
+        assert_eq!(lane.committed_next(), Some(1), "the priming event only");
+        commit(&pipeline, stream, &(1..=5).map(message).collect::<Vec<_>>()).await;
+        assert_eq!(lane.committed_next(), Some(6));
+        let held = pipeline.tails.load(Ordering::Relaxed);
+
+        lane.forget_before(3);
+        assert_eq!(
+            lane.read_tail(&owner, 2, 10),
+            None,
+            "evicted: the backend says so"
+        );
+        let seqs: Vec<u64> = lane
+            .read_tail(&owner, 3, 10)
+            .unwrap()
+            .iter()
+            .map(|e| e.id.seq)
+            .collect();
+        assert_eq!(seqs, vec![3, 4, 5]);
+        assert!(
+            pipeline.tails.load(Ordering::Relaxed) < held,
+            "the store's count of tail bytes follows"
+        );
+        lane.forget_before(100);
+        assert_eq!(lane.read_tail(&owner, 3, 10), None, "all evicted");
+        assert_eq!(pipeline.tails.load(Ordering::Relaxed), 0);
+
+        lane.demote();
+        assert_eq!(lane.committed_next(), None, "its seqs are not the stream's");
     }
 
     #[tokio::test]

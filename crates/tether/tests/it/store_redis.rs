@@ -278,6 +278,68 @@ async fn two_nodes_share_streams_and_wake_each_other() {
     );
 }
 
+/// A reader on the node that writes a stream is served from that node's committed tail, and
+/// still sees what another node does to the stream: an event it appended (which the tail
+/// never held) and its completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writing_nodes_reader_sees_another_nodes_append_and_completion() {
+    let (a, b) = two_nodes().await;
+    let owner = owner();
+    let stream = a
+        .create_stream(&owner, StreamKind::Standalone, RETRY, &[])
+        .await
+        .unwrap();
+    a.append(stream, &progress(1)).await.unwrap();
+    a.flush(stream).await.unwrap();
+    let batch = a.read_after(&owner, stream, 0, 10).await.unwrap();
+    assert_eq!(batch.events.len(), 1);
+    assert_eq!(batch.events[0].message(), &progress(1)[..]);
+    assert!(
+        a.read_after(&owner, stream, 1, 10)
+            .await
+            .unwrap()
+            .events
+            .is_empty()
+    );
+
+    let waiter = tokio::spawn({
+        let a = Arc::clone(&a);
+        async move { a.wait_for_more(stream, 1).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "A waits while nothing is new");
+    b.append(stream, &progress(2)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("A's waiter woke on B's append")
+        .unwrap()
+        .unwrap();
+    let batch = a.read_after(&owner, stream, 1, 10).await.unwrap();
+    let seqs: Vec<u64> = batch.events.iter().map(|event| event.id.seq).collect();
+    assert_eq!(seqs, [2], "B's event, which A's tail never held");
+    assert_eq!(batch.events[0].message(), &progress(2)[..]);
+    assert!(!batch.complete);
+
+    let waiter = tokio::spawn({
+        let a = Arc::clone(&a);
+        async move { a.wait_for_more(stream, 2).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "A waits while nothing is new");
+    b.complete(stream).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("A's waiter woke on B's completion")
+        .unwrap()
+        .unwrap();
+    let batch = a.read_after(&owner, stream, 2, 10).await.unwrap();
+    assert!(batch.events.is_empty());
+    assert!(batch.complete, "A's reader learns the stream ended");
+    let batch = a.read_after(&owner, stream, 0, 10).await.unwrap();
+    assert_eq!(batch.events.len(), 2);
+    assert!(batch.complete);
+}
+
 /// Every node on one Redis and prefix seals with the same key, whichever asks first (so a
 /// `requestState` sealed by one node opens on any other); another prefix has its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -372,6 +372,10 @@ enum Commit {
     },
 }
 
+/// How long a waiter woken for an event its node's lane has not yet heard committed waits for
+/// the commit's reply before reading from Redis (see `Inner::wait_is_over`).
+const REPLY_GRACE: Duration = Duration::from_millis(20);
+
 /// Most pipelined appends sent in one script call.
 const MAX_APPENDS_PER_CALL: usize = 1024;
 
@@ -657,8 +661,8 @@ impl Inner {
             .map(|arg| arg as &(dyn AsRef<[u8]> + Sync))
             .collect();
         let reply = self.run(&self.scripts.append_many, &args).await;
-        let runs = match reply {
-            Ok(reply) if reply.status == "ok" => reply.values,
+        let mut values = match reply {
+            Ok(reply) if reply.status == "ok" => reply.values.into_iter(),
             Ok(reply) => {
                 let error = unexpected(&reply.status);
                 appends.iter().for_each(|append| append.lane.fail(&error));
@@ -669,11 +673,19 @@ impl Inner {
                 return;
             }
         };
+        // The evicted streams first: their lanes' tails lose those events before any reader
+        // can be woken by this commit, and this commit's own frames join a tail only from
+        // its stream's first kept seq on.
+        let evicted = values
+            .next()
+            .map(|list| self.forget_evicted(&list))
+            .unwrap_or_default();
         // One reply triple per stream's run, in order.
+        let runs: Vec<Value> = values.collect();
         let mut runs = runs.chunks(3);
         let mut at = 0;
         while at < appends.len() {
-            let lane = &appends[at].lane;
+            let lane = Arc::clone(&appends[at].lane);
             let stream = appends[at].id.stream;
             let start = at;
             let end = appends[at..]
@@ -696,6 +708,13 @@ impl Inner {
                 continue;
             }
             let next = u64::try_from(*next).unwrap_or(0);
+            if status == "ok" {
+                let from = evicted
+                    .iter()
+                    .find(|(evicted, _)| *evicted == stream)
+                    .map_or(0, |&(_, first)| first);
+                lane.remember_appends(&mut appends[start..end], from);
+            }
             if next > 0 {
                 lane.committed(next - 1);
                 self.remember_next_seq(stream, next);
@@ -706,6 +725,33 @@ impl Inner {
                 lane.fail(&append_refused(status));
             }
         }
+    }
+
+    /// Drops from the committed tails what a script's reply says it evicted (a flat list of
+    /// stream id and first seq kept, see `scripts.rs`), and returns the pairs it read.
+    fn forget_evicted(&self, list: &Value) -> Vec<(StreamId, u64)> {
+        let Value::Array(list) = list else {
+            return Vec::new();
+        };
+        let mut evicted = Vec::with_capacity(list.len() / 2);
+        for pair in list.chunks(2) {
+            let [Value::BulkString(id), Value::Int(first)] = pair else {
+                continue;
+            };
+            let (Some(stream), Ok(first)) = (
+                std::str::from_utf8(id)
+                    .ok()
+                    .and_then(|id| StreamId::parse(id).ok()),
+                u64::try_from(*first),
+            ) else {
+                continue;
+            };
+            if let Some(lane) = self.pipeline.lane(stream) {
+                lane.forget_before(first);
+            }
+            evicted.push((stream, first));
+        }
+        evicted
     }
 
     /// Stores the message of a demoted lane's frame at the stream's next seq, and reports it.
@@ -740,6 +786,9 @@ impl Inner {
                 .await?;
             match reply.status.as_str() {
                 "ok" => {
+                    if let Some(list) = reply.values.first() {
+                        self.forget_evicted(list);
+                    }
                     self.remember_next_seq(stream, seq + 1);
                     self.watchers.wake(stream);
                     return Ok(id);
@@ -784,7 +833,15 @@ impl Inner {
         guard(&self.next_seqs).remove(&stream);
     }
 
-    /// Reads `stream` from seq `from` on (`None`: past any seq).
+    /// Reads `stream` from seq `from` on (`None`: past any seq): from the committed tail of
+    /// the stream's lane when it has events from `from` on, else from Redis.
+    ///
+    /// Only this node's lanes have tails, holding what this node committed, so a reader on
+    /// the node that writes its stream (the usual case) costs Redis nothing while it keeps
+    /// up, not even to learn that nothing more is there. What this node cannot see itself
+    /// (another writer's events, a completion or removal by another node) reaches the
+    /// lane through [`wait_is_over`](Self::wait_is_over), and the tail then sends the
+    /// reader to Redis.
     async fn read(
         &self,
         owner: &StreamOwner,
@@ -792,6 +849,14 @@ impl Inner {
         from: Option<u64>,
         limit: usize,
     ) -> Result<ReadBatch, StoreError> {
+        if let Some(events) =
+            from.and_then(|from| self.pipeline.lane(stream)?.read_tail(owner, from, limit))
+        {
+            return Ok(ReadBatch {
+                events,
+                complete: false,
+            });
+        }
         let from_arg = from.map(|seq| seq.to_string()).unwrap_or_default();
         // One more event than asked for tells whether the batch reaches the end.
         let count = limit.min(i64::MAX as usize - 1) + 1;
@@ -837,6 +902,15 @@ impl Inner {
     /// Whether a waiter on `stream` after `after` can stop: an event after it, completion,
     /// or the stream gone.
     async fn wait_is_over(&self, stream: StreamId, after: u64) -> Result<bool, StoreError> {
+        // This node's own commits need no round trip.
+        let lane = self.pipeline.lane(stream);
+        if lane
+            .as_ref()
+            .and_then(|lane| lane.committed_next())
+            .is_some_and(|next| next > after.saturating_add(1))
+        {
+            return Ok(true);
+        }
         let (done, next): (Option<String>, Option<u64>) = self
             .query(
                 redis::cmd("HMGET")
@@ -845,10 +919,24 @@ impl Inner {
                     .arg("next"),
             )
             .await?;
-        Ok(match (done, next) {
-            (Some(done), Some(next)) => done == "1" || next > after.saturating_add(1),
-            _ => true,
-        })
+        let seen = match (done, next) {
+            (Some(done), _) if done == "1" => u64::MAX,
+            (Some(_), Some(next)) if next > after.saturating_add(1) => next,
+            (Some(_), Some(_)) => return Ok(false),
+            // Gone.
+            _ => u64::MAX,
+        };
+        if let Some(lane) = lane {
+            lane.saw_backend_at(seen);
+            if seen != u64::MAX {
+                // Redis holds an event the lane has not heard committed: nearly always this
+                // node's own commit, whose wake-up (published by the script) overtook the
+                // script's reply. Waiting the moment that takes lets the read that follows
+                // come from the tail; another writer's event is read from Redis after it.
+                let _ = tokio::time::timeout(REPLY_GRACE, lane.wait_committed(seen)).await;
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -1080,9 +1168,13 @@ impl EventStore for RedisEventStore {
             .await?;
         match reply.status.as_str() {
             "ok" => {
+                if let Some(list) = reply.values.first() {
+                    inner.forget_evicted(list);
+                }
                 inner.remember_next_seq(stream, 1);
-                // Redis reports commits to the lane itself; its tail stays empty.
-                inner.pipeline.open(stream, owner, 1);
+                // Redis reports commits to the lane itself, keeping its tail as it goes.
+                let lane = inner.pipeline.open(stream, owner, 1);
+                lane.remember_committed(EventId::PRIMING_SEQ, priming);
                 Ok(stream)
             }
             "too_many" => Err(StoreError::TooManyStreams),

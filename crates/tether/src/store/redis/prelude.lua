@@ -191,6 +191,19 @@ local function evict_oldest_completed(sess)
   return true
 end
 
+-- Streams whose oldest live events this script evicted, each with its first seq after that:
+-- scripts that may evict (they call `evict_to_caps`) reply with `evicted_list()`, so the node
+-- that ran them drops those events from its committed tail as well.
+local EVICTED = {}
+local function evicted_list()
+  local list = {}
+  for s, first in pairs(EVICTED) do
+    list[#list + 1] = s
+    list[#list + 1] = first
+  end
+  return list
+end
+
 -- Evicts the session's oldest stored event; false if there is none. Called only once no
 -- completed stream is left. A chunk's entry goes with its last event; until then its log
 -- entry goes back to the front, and readers skip its evicted head.
@@ -217,6 +230,7 @@ local function evict_oldest_live_event(sess)
         redis.call('LPUSH', a, entry)
       end
       redis.call('HINCRBY', ks, 'first', 1)
+      EVICTED[s] = head + 1
       redis.call('HINCRBY', ks, 'ev', -1)
       redis.call('HINCRBY', ks, 'by', -len)
       local u = k_usage(sess)

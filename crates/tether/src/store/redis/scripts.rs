@@ -5,10 +5,13 @@
 //! them (after a restart).
 //!
 //! Replies are a status string first (`ok`, `unknown`, `completed`, `expired`, …), then the
-//! operation's values.
+//! operation's values. Those that may evict live events for the caps (CREATE, APPEND,
+//! APPEND_MANY) answer `ok` with the evicted streams first: a flat list of stream id and its
+//! first seq after the eviction.
 
 /// Creates a stream with its priming event. ARGV: stream, principal, session, kind (`r` or
 /// `s`), request ids (JSON), node id, the priming frame as a chunk of one (`store/chunk.rs`).
+/// Reply: `ok` and the evicted streams, or `too_many`.
 pub(super) const CREATE: &str = concat!(
     include_str!("prelude.lua"),
     r"
@@ -42,13 +45,13 @@ if kind == 'r' then
   redis.call('SADD', K_NODES, node)
 end
 evict_to_caps(sess)
-return {'ok'}
+return {'ok', evicted_list()}
 "
 );
 
-/// Appends one frame built for seq ARGV[8]: stored only if that is the stream's next seq,
-/// else the reply is `seq` and the next seq, and the caller builds the frame again. ARGV:
-/// stream, seq, the frame as a chunk of one.
+/// Appends one frame built for seq ARGV[8]: stored only if that is the stream's next seq
+/// (reply `ok` and the evicted streams), else the reply is `seq` and the next seq, and the
+/// caller builds the frame again. ARGV: stream, seq, the frame as a chunk of one.
 pub(super) const APPEND: &str = concat!(
     include_str!("prelude.lua"),
     r"
@@ -75,7 +78,7 @@ redis.call('RPUSH', k_appended(sess), s .. ' ' .. seq .. ' ' .. seq .. ' ' .. le
 -- reaching it.
 evict_to_caps(sess)
 wake(s)
-return {'ok'}
+return {'ok', evicted_list()}
 "
 );
 
@@ -84,13 +87,14 @@ return {'ok'}
 /// first seq, its event count, its frame bytes, its frame lengths (comma-separated), the
 /// chunk. A run of consecutive groups of one stream is checked, counted, logged, capped and
 /// announced once; each chunk is stored only if its first seq is the stream's next (the
-/// pipeline has checked each frame against the caps). Reply: `ok`, then for each run its
-/// stream, its status (`ok`, `completed`, `unknown` or `seq`: the chunks of the run from the
-/// first refused one on are not stored) and the stream's next seq after the run.
+/// pipeline has checked each frame against the caps). Reply: `ok`, the evicted streams, then
+/// for each run its stream, its status (`ok`, `completed`, `unknown` or `seq`: the chunks of
+/// the run from the first refused one on are not stored) and the stream's next seq after the
+/// run.
 pub(super) const APPEND_MANY: &str = concat!(
     include_str!("prelude.lua"),
     r"
-local out = {'ok'}
+local out = {'ok', {}}
 local n = #ARGV
 local i = 7
 local now = now_ms()
@@ -143,6 +147,7 @@ while i <= n do
   out[#out + 1] = next
   i = last + 6
 end
+out[2] = evicted_list()
 return out
 "
 );
