@@ -131,12 +131,12 @@ const BATCH: usize = 64 * 1024;
 
 type Body = BoxBody<Bytes, Infallible>;
 
-fn full(status: StatusCode, ct: &str, body: &'static str) -> Response<Body> {
+fn full(status: StatusCode, ct: &str, body: impl Into<Bytes>) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", ct)
         .header("mcp-session-id", "raw")
-        .body(Full::new(Bytes::from_static(body.as_bytes())).boxed())
+        .body(Full::new(body.into()).boxed())
         .unwrap()
 }
 
@@ -168,10 +168,7 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"counted 0"}}]}}}}"#
         );
-        return Ok(Response::builder()
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)).boxed())
-            .unwrap());
+        return Ok(full(StatusCode::OK, "application/json", body));
     }
     let token = message["params"]["_meta"]["progressToken"].to_string();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);

@@ -147,6 +147,15 @@ struct Tail {
     bytes: usize,
 }
 
+impl Tail {
+    /// Drops the oldest frame, returning its length (`None`: the tail is empty).
+    fn drop_oldest(&mut self) -> Option<usize> {
+        let (_, old, _) = self.frames.pop_front()?;
+        self.bytes -= old.len();
+        Some(old.len())
+    }
+}
+
 struct LaneState {
     next_seq: u64,
     complete: bool,
@@ -493,10 +502,7 @@ impl Lane {
         let mut tail = guard(&self.tail);
         let mut dropped = 0;
         while tail.frames.front().is_some_and(|&(seq, _, _)| seq < first) {
-            if let Some((_, old, _)) = tail.frames.pop_front() {
-                tail.bytes -= old.len();
-                dropped += old.len();
-            }
+            dropped += tail.drop_oldest().unwrap_or(0);
         }
         self.tails.fetch_sub(dropped, Ordering::Relaxed);
     }
@@ -560,10 +566,9 @@ impl Lane {
         while tail.frames.len() > TAIL_EVENTS
             || (tail.bytes > TAIL_BYTES && all > TAIL_BUDGET && tail.frames.len() > 1)
         {
-            if let Some((_, old, _)) = tail.frames.pop_front() {
-                tail.bytes -= old.len();
-                all -= old.len();
-                dropped += old.len();
+            if let Some(len) = tail.drop_oldest() {
+                all -= len;
+                dropped += len;
             }
         }
         self.tails.fetch_sub(dropped, Ordering::Relaxed);

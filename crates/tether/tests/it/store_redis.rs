@@ -233,6 +233,32 @@ async fn open_errors_are_typed() {
     );
 }
 
+/// Asserts that a waiter on `node` for events of `stream` after `after` waits while nothing
+/// is new, and wakes once `change` (another node's write) has run, well under the waiters'
+/// periodic re-check: through the pub/sub wake-up.
+async fn waiter_wakes_on(
+    node: &Arc<redis::RedisEventStore>,
+    stream: StreamId,
+    after: u64,
+    change: impl Future<Output = ()>,
+) {
+    let waiter = tokio::spawn({
+        let node = Arc::clone(node);
+        async move { node.wait_for_more(stream, after).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter waits while nothing is new"
+    );
+    change.await;
+    tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("the waiter woke on the other node's change")
+        .unwrap()
+        .unwrap();
+}
+
 /// Node B reads what node A appended, and a waiter on node B wakes on node A's append and
 /// completion (through the pub/sub subscriber, since B itself wrote nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,25 +275,14 @@ async fn two_nodes_share_streams_and_wake_each_other() {
     assert_eq!(batch.events.len(), 1);
     assert_eq!(batch.events[0].message(), &progress(1)[..]);
 
-    for (n, then_complete) in [(2, false), (3, true)] {
-        let waiter = tokio::spawn({
-            let b = Arc::clone(&b);
-            async move { b.wait_for_more(stream, n - 1).await }
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiter.is_finished(), "B waits while nothing is new");
-        if then_complete {
-            a.complete(stream).await.unwrap();
-        } else {
-            a.append(stream, &progress(n as usize)).await.unwrap();
-        }
-        // Well under the waiters' periodic re-check: this is the pub/sub wake-up.
-        tokio::time::timeout(Duration::from_secs(1), waiter)
-            .await
-            .expect("B's waiter woke on A's change")
-            .unwrap()
-            .unwrap();
-    }
+    waiter_wakes_on(&b, stream, 1, async {
+        a.append(stream, &progress(2)).await.unwrap();
+    })
+    .await;
+    waiter_wakes_on(&b, stream, 2, async {
+        a.complete(stream).await.unwrap();
+    })
+    .await;
     let batch = b.read_after(&owner, stream, 0, 10).await.unwrap();
     assert_eq!(batch.events.len(), 2);
     assert!(batch.complete);
@@ -302,36 +317,20 @@ async fn the_writing_nodes_reader_sees_another_nodes_append_and_completion() {
             .is_empty()
     );
 
-    let waiter = tokio::spawn({
-        let a = Arc::clone(&a);
-        async move { a.wait_for_more(stream, 1).await }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!waiter.is_finished(), "A waits while nothing is new");
-    b.append(stream, &progress(2)).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(1), waiter)
-        .await
-        .expect("A's waiter woke on B's append")
-        .unwrap()
-        .unwrap();
+    waiter_wakes_on(&a, stream, 1, async {
+        b.append(stream, &progress(2)).await.unwrap();
+    })
+    .await;
     let batch = a.read_after(&owner, stream, 1, 10).await.unwrap();
     let seqs: Vec<u64> = batch.events.iter().map(|event| event.id.seq).collect();
     assert_eq!(seqs, [2], "B's event, which A's tail never held");
     assert_eq!(batch.events[0].message(), &progress(2)[..]);
     assert!(!batch.complete);
 
-    let waiter = tokio::spawn({
-        let a = Arc::clone(&a);
-        async move { a.wait_for_more(stream, 2).await }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!waiter.is_finished(), "A waits while nothing is new");
-    b.complete(stream).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(1), waiter)
-        .await
-        .expect("A's waiter woke on B's completion")
-        .unwrap()
-        .unwrap();
+    waiter_wakes_on(&a, stream, 2, async {
+        b.complete(stream).await.unwrap();
+    })
+    .await;
     let batch = a.read_after(&owner, stream, 2, 10).await.unwrap();
     assert!(batch.events.is_empty());
     assert!(batch.complete, "A's reader learns the stream ended");
