@@ -635,3 +635,60 @@ async fn evicting_part_of_a_chunk_holds_across_a_reopen() {
     );
     assert_eq!(events.usage(&owner.session).await.unwrap().events, CAP);
 }
+
+/// The WAL's frame count as a checkpoint from another connection reports it (which also
+/// copies it back: call it only where that does not matter).
+fn wal_frames(path: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))
+        .unwrap()
+}
+
+/// A busy writer's WAL is written from its start again rather than growing with everything
+/// ever appended, and a writer gone idle leaves it so that the next commit starts it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_stays_bounded_while_a_stream_appends_and_starts_over_after_idle() {
+    const EVENTS: usize = 20_000;
+    let dir = TempDir::new().unwrap();
+    let mut config = config_in(dir.path());
+    // Retention's tenth is how long the writer waits before it counts as idle.
+    config.limits.retention = Duration::from_secs(1);
+    config.limits.max_events_per_session = EVENTS + 2;
+    config.limits.max_bytes_per_session = usize::MAX;
+    let db = config.path.clone();
+    let wal = dir.path().join("tether.db-wal");
+    let (events, _sessions) = sqlite::open(config).unwrap();
+    let owner = owner();
+    let stream = events
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
+        .await
+        .unwrap();
+    let padding = "x".repeat(4096);
+    let mut largest_wal = 0;
+    for n in 0..EVENTS {
+        let message = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"n":{n},"data":"{padding}"}}}}"#
+        );
+        events.append(stream, message.as_bytes()).await.unwrap();
+        if n % 500 == 499 {
+            events.flush(stream).await.unwrap();
+            largest_wal = largest_wal.max(std::fs::metadata(&wal).unwrap().len());
+        }
+    }
+    let written = (EVENTS * padding.len()) as u64;
+    assert!(
+        largest_wal < written / 2,
+        "the WAL reached {largest_wal} bytes for {written} bytes appended: it was never restarted"
+    );
+    assert_eq!(seqs_read(&events, &owner, stream).await.len(), EVENTS + 1);
+
+    // Idle: the writer copies the WAL back, so one more small commit starts it over.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    events.append(stream, &progress(0)).await.unwrap();
+    events.flush(stream).await.unwrap();
+    let frames = wal_frames(&db);
+    assert!(
+        frames < 16,
+        "{frames} frames in the WAL after an idle writer's next commit: it did not start over"
+    );
+}

@@ -211,12 +211,30 @@ pub(super) const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 /// The writer connection's page cache, in KiB.
 pub(super) const WRITER_CACHE_KIB: u64 = 16 * 1024;
 
+/// The WAL bytes the writer commits (estimated) after which it copies the rest of the WAL
+/// back itself, so that its next transaction writes the WAL from its start again.
+pub(super) const RESTART_AFTER_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Copies the WAL back into the database file on a thread of its own, so the writer's commits
 /// never wait for a checkpoint or its syncs. PASSIVE checkpoints run beside the writer and
 /// the readers without taking a lock they wait on.
+///
+/// A WAL is written from its start again (restarted) only when a write transaction begins
+/// while every frame in it has been copied back, which a checkpoint beside a busy writer never
+/// sees: the writer has always committed more by the time it ends. Left at that, the WAL grows
+/// for as long as the writer is busy, and even after it goes idle (the last frames wait for
+/// the next threshold), and writing ever new file blocks costs the writer most of its time in
+/// the kernel. So the writer itself, between batches, copies back what the thread has not yet
+/// ([`Checkpointer::restart`]): every [`RESTART_AFTER_BYTES`] and when it goes idle. It is
+/// the only writer, so nothing lands in between, and its next transaction restarts the WAL
+/// (unless a reader still reads an old snapshot in it, when it tries again later).
 pub(super) struct Checkpointer {
     signal: Arc<(Mutex<CheckpointState>, std::sync::Condvar)>,
     thread: Option<JoinHandle<()>>,
+    /// WAL bytes committed since the writer last copied the whole WAL back (an estimate).
+    unrestarted: u64,
+    /// `unrestarted` at which the writer next tries [`Checkpointer::restart`].
+    restart_at: u64,
 }
 
 #[derive(Default)]
@@ -237,16 +255,55 @@ impl Checkpointer {
         Ok(Self {
             signal,
             thread: Some(thread),
+            unrestarted: 0,
+            restart_at: RESTART_AFTER_BYTES,
         })
     }
 
     /// Counts `bytes` committed to the WAL; wakes the checkpointer past the threshold.
-    pub(super) fn committed(&self, bytes: u64) {
+    pub(super) fn committed(&mut self, bytes: u64) {
+        self.unrestarted += bytes;
         let (state, wake) = &*self.signal;
         let mut state = guard(state);
         state.committed += bytes;
         if state.committed >= CHECKPOINT_AFTER_BYTES {
             wake.notify_one();
+        }
+    }
+
+    /// Whether the writer should copy the WAL back now ([`Checkpointer::restart`]): it is
+    /// idle and committed something since the last time, or the WAL grew by
+    /// [`RESTART_AFTER_BYTES`].
+    pub(super) fn restart_due(&self, idle: bool) -> bool {
+        if idle {
+            self.unrestarted > 0
+        } else {
+            self.unrestarted >= self.restart_at
+        }
+    }
+
+    /// Copies back, on the writer's connection `conn` between transactions, whatever of the
+    /// WAL the thread has not, so that the next transaction restarts it. When that is not
+    /// possible (the thread's checkpoint is running, or a reader holds an old snapshot), the
+    /// writer tries again after another quarter of [`RESTART_AFTER_BYTES`].
+    pub(super) fn restart(&mut self, conn: &Connection) {
+        let copied = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        });
+        match copied {
+            Ok((0, log, checkpointed)) if checkpointed >= log => {
+                self.unrestarted = 0;
+                self.restart_at = RESTART_AFTER_BYTES;
+            }
+            Ok(_) => self.restart_at = self.unrestarted + RESTART_AFTER_BYTES / 4,
+            Err(error) => {
+                tracing::warn!(%error, "sqlite store: checkpoint failed; retried later");
+                self.restart_at = self.unrestarted + RESTART_AFTER_BYTES / 4;
+            }
         }
     }
 }

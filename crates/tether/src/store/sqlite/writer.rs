@@ -279,6 +279,9 @@ impl Writer {
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     self.sweep();
                     last_sweep = std::time::Instant::now();
+                    if self.checkpointer.restart_due(true) {
+                        self.checkpointer.restart(&self.conn);
+                    }
                     continue;
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -291,6 +294,9 @@ impl Writer {
                 }
             }
             self.run_batch(batch);
+            if self.checkpointer.restart_due(false) {
+                self.checkpointer.restart(&self.conn);
+            }
             if last_sweep.elapsed() >= period {
                 self.sweep();
                 last_sweep = std::time::Instant::now();
