@@ -122,7 +122,7 @@ pub(super) enum Answer {
     /// A caller waiting for its command's result.
     Reply(Respond),
     /// Pipelined appends of one lane stored in this transaction, reported to it (those
-    /// dropped are not among them: see [`Writer::apply_queued`]).
+    /// dropped are not among them: see [`Writer::apply_lane`]).
     Queued(Vec<Queued>),
 }
 
@@ -592,18 +592,13 @@ impl Writer {
             }
             Command::Queued(lane) => {
                 let queued = lane.take_queued();
-                let mut stored = Vec::with_capacity(queued.len());
-                for append in queued {
-                    match self.apply_queued(&append) {
-                        Ok(true) => stored.push(append),
-                        Ok(false) => {}
-                        Err(error) => {
-                            lane.fail(&unavailable_because(error.to_string()));
-                            return Err(error);
-                        }
+                match self.apply_lane(&lane, queued) {
+                    Ok(stored) => Answer::Queued(stored),
+                    Err(error) => {
+                        lane.fail(&unavailable_because(error.to_string()));
+                        return Err(error);
                     }
                 }
-                Answer::Queued(stored)
             }
             Command::Complete {
                 stream,
@@ -769,33 +764,73 @@ impl Writer {
         Ok(Ok(id))
     }
 
-    /// Stores a pipelined append. The pipeline hands out seqs in order and refuses what this
-    /// would refuse, so a frame that does not fit here is dropped: its lane failed earlier
-    /// (the frames queued behind a failed commit), its session was removed, or, were the
-    /// pipeline wrong, its seq is not the next one, which fails its lane.
-    /// Returns whether it was stored.
-    fn apply_queued(&mut self, queued: &Queued) -> Sql<bool> {
-        if queued.lane.failure().is_some() {
-            return Ok(false);
-        }
-        let stream = queued.id.stream;
-        let Some(state) = self.streams.get(&stream) else {
-            return Ok(false);
+    /// Stores one lane's pipelined appends (`queued`, taken from it in seq order) and returns
+    /// those stored. The pipeline hands out seqs in order and refuses what this would refuse,
+    /// so frames that do not fit here are dropped: their lane failed earlier (the frames queued
+    /// behind a failed commit), their session was removed, or, were the pipeline wrong, a seq
+    /// is not the next one, which fails the lane after the frames before it. The mirror is
+    /// counted once for the run, not per event: a fast stream hands over thousands at once.
+    fn apply_lane(&mut self, lane: &Lane, mut queued: Vec<Queued>) -> Sql<Vec<Queued>> {
+        let Some(first) = queued.first() else {
+            return Ok(queued);
         };
-        if state.complete {
-            return Ok(false);
-        }
-        if state.next_seq != queued.id.seq {
-            tracing::error!(%stream, expected = state.next_seq, got = queued.id.seq, "sqlite store: pipelined append out of order");
-            queued.lane.fail(&unavailable_because(
+        let stream = first.id.stream;
+        let next_seq = match self.streams.get(&stream) {
+            Some(state) if !state.complete && lane.failure().is_none() => state.next_seq,
+            _ => return Ok(Vec::new()),
+        };
+        let in_order = queued
+            .iter()
+            .zip(next_seq..)
+            .take_while(|(append, seq)| append.id.seq == *seq)
+            .count();
+        if in_order < queued.len() {
+            let got = queued[in_order].id.seq;
+            let expected = next_seq + in_order as u64;
+            tracing::error!(%stream, expected, got, "sqlite store: pipelined append out of order");
+            lane.fail(&unavailable_because(
                 "a pipelined append arrived out of order",
             ));
-            return Ok(false);
+            queued.truncate(in_order);
         }
-        let session = queued.lane.session();
+        if queued.is_empty() {
+            return Ok(queued);
+        }
+        let session = lane.session();
         self.expire(session, self.batch_started)?;
-        self.add_event(session, queued.id, queued.frame.clone())?;
-        Ok(true)
+        let events = queued.len();
+        let bytes = queued
+            .iter()
+            .map(|append| append.frame.len())
+            .sum::<usize>();
+        if let Some(state) = self.streams.get_mut(&stream) {
+            state.next_seq += events as u64;
+            state.events += events;
+            state.bytes += bytes;
+        }
+        if !self.sessions.contains_key(session) {
+            self.sessions
+                .insert(session.clone(), SessionState::default());
+        }
+        if let Some(state) = self.sessions.get_mut(session) {
+            state.usage.events += events;
+            state.usage.bytes += bytes;
+            state.appended.extend(
+                queued
+                    .iter()
+                    .map(|append| (stream, append.id.seq, append.frame.len())),
+            );
+        }
+        self.pending.extend(
+            queued
+                .iter()
+                .map(|append| (stream, append.id.seq, append.frame.clone())),
+        );
+        if self.touched.last() != Some(&stream) {
+            self.touched.push(stream);
+        }
+        self.evict_to_caps(session)?;
+        Ok(queued)
     }
 
     /// Inserts the events accounted for so far: each stream's consecutive events as few
