@@ -675,9 +675,11 @@ async fn the_wal_stays_bounded_while_a_stream_appends_and_starts_over_after_idle
             largest_wal = largest_wal.max(std::fs::metadata(&wal).unwrap().len());
         }
     }
+    // A WAL never restarted holds every byte appended and its pages' overhead; restarted
+    // every 16 MiB it stays well under that, even with checkpoints delayed by a busy machine.
     let written = (EVENTS * padding.len()) as u64;
     assert!(
-        largest_wal < written / 2,
+        largest_wal < written,
         "the WAL reached {largest_wal} bytes for {written} bytes appended: it was never restarted"
     );
     assert_eq!(seqs_read(&events, &owner, stream).await.len(), EVENTS + 1);
