@@ -5,6 +5,12 @@
 //! one row or entry per stream rather than one per event, and a read hands out many frames
 //! as slices of one buffer.
 //!
+//! A backend may also keep a chunk packed ([`pack`], [`unpack`]): LZ4 of its bytes. Frames of
+//! one stream repeat themselves (the same SSE field names and stream id, the same JSON keys,
+//! consecutive seqs), so a packed chunk of progress notifications is under a tenth of its
+//! frames' bytes, and a backend whose cost grows with the bytes it writes (SQLite writes each
+//! byte to the WAL and again to the file) writes that much less.
+//!
 //! This module owns the encoding only; which events go into which chunk, and what a chunk
 //! means for retention, is each backend's.
 
@@ -27,6 +33,91 @@ pub(super) const MAX_BYTES: usize = 64 * 1024;
 
 /// Bytes before each frame: its length.
 const LENGTH_BYTES: usize = 4;
+
+/// How a stored chunk's bytes are packed; its [`Packing::code`] is what a backend stores
+/// beside them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Packing {
+    /// The chunk as [`push`] built it.
+    Plain,
+    /// The chunk's length (4 bytes, little-endian), then its bytes in LZ4's block format.
+    Lz4,
+}
+
+impl Packing {
+    /// The number a backend stores for this packing (0 is plain, so rows written before
+    /// packing existed read as what they are).
+    pub(super) fn code(self) -> i64 {
+        match self {
+            Self::Plain => 0,
+            Self::Lz4 => 1,
+        }
+    }
+
+    /// The packing stored as `code`; an unknown code is [`Malformed`] (a file written by a
+    /// newer version, or changed by something else).
+    pub(super) fn from_code(code: i64) -> Result<Self, Malformed> {
+        match code {
+            0 => Ok(Self::Plain),
+            1 => Ok(Self::Lz4),
+            _ => Err(Malformed),
+        }
+    }
+}
+
+/// Chunks shorter than this are stored plain: a chunk of one or two events (a round trip's
+/// answer) gains a few bytes at most from LZ4, not worth the work of packing and unpacking.
+pub(super) const PACK_FROM_BYTES: usize = 512;
+
+/// LZ4's best ratio: one byte of a block never stands for more than this many (a match token
+/// with maximal length bytes). A packed chunk claiming more is malformed, so a damaged length
+/// cannot make [`unpack`] allocate more than the stored bytes can hold.
+const LZ4_MAX_RATIO: usize = 255;
+
+/// Packs the chunk `plain` into `out` (its previous bytes replaced) and returns how, with the
+/// bytes to store: `out`'s when LZ4 made the chunk smaller, else `plain` itself.
+pub(super) fn pack<'a>(plain: &'a [u8], out: &'a mut Vec<u8>) -> (Packing, &'a [u8]) {
+    let Ok(len) = u32::try_from(plain.len()) else {
+        return (Packing::Plain, plain);
+    };
+    if plain.len() < PACK_FROM_BYTES {
+        return (Packing::Plain, plain);
+    }
+    out.clear();
+    out.resize(
+        LENGTH_BYTES + lz4_flex::block::get_maximum_output_size(plain.len()),
+        0,
+    );
+    out[..LENGTH_BYTES].copy_from_slice(&len.to_le_bytes());
+    match lz4_flex::block::compress_into(plain, &mut out[LENGTH_BYTES..]) {
+        Ok(packed) if LENGTH_BYTES + packed < plain.len() => {
+            out.truncate(LENGTH_BYTES + packed);
+            (Packing::Lz4, &out[..])
+        }
+        // Incompressible (or an encoder error, which a buffer of the maximum size rules
+        // out): the chunk as it is.
+        _ => (Packing::Plain, plain),
+    }
+}
+
+/// The chunk stored as `stored` with `packing`, ready for [`frames`].
+pub(super) fn unpack(packing: Packing, stored: &[u8]) -> Result<Bytes, Malformed> {
+    match packing {
+        Packing::Plain => Ok(Bytes::copy_from_slice(stored)),
+        Packing::Lz4 => {
+            let (len, block) = stored.split_at_checked(LENGTH_BYTES).ok_or(Malformed)?;
+            let len = u32::from_le_bytes(len.try_into().map_err(|_| Malformed)?) as usize;
+            if len > block.len().saturating_mul(LZ4_MAX_RATIO) {
+                return Err(Malformed);
+            }
+            let mut plain = vec![0; len];
+            match lz4_flex::block::decompress_into(block, &mut plain) {
+                Ok(written) if written == len => Ok(Bytes::from(plain)),
+                _ => Err(Malformed),
+            }
+        }
+    }
+}
 
 /// A chunk's bytes do not decode into frames: the file was changed by something else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +293,74 @@ mod tests {
             vec![1, 1, 1],
             "within MAX_BYTES, lengths included; a larger frame alone"
         );
+    }
+
+    /// Frames as a stream's progress notifications look, for the packing tests.
+    fn progress_chunk(events: u64) -> Vec<u8> {
+        let stream = StreamId::generate();
+        let mut chunk = Vec::new();
+        for seq in 0..events {
+            let frame = format!(
+                "event: message\nid: {stream}:{seq}\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{\"progressToken\":\"t\",\"progress\":{},\"total\":100000}}}}\n\n",
+                seq + 1
+            );
+            push(&mut chunk, frame.as_bytes());
+        }
+        chunk
+    }
+
+    #[test]
+    fn a_packed_chunk_unpacks_to_the_same_frames_in_a_fraction_of_the_bytes() {
+        let plain = progress_chunk(MAX_EVENTS as u64);
+        let mut out = Vec::new();
+        let (packing, stored) = pack(&plain, &mut out);
+        assert_eq!(packing, Packing::Lz4);
+        assert!(
+            stored.len() * 4 < plain.len(),
+            "{} bytes packed to {}",
+            plain.len(),
+            stored.len()
+        );
+        let stored = stored.to_vec();
+        let unpacked = unpack(Packing::from_code(packing.code()).unwrap(), &stored).unwrap();
+        assert_eq!(unpacked, plain);
+    }
+
+    #[test]
+    fn small_or_incompressible_chunks_stay_plain() {
+        let mut out = Vec::new();
+        let small = progress_chunk(1);
+        assert!(small.len() < PACK_FROM_BYTES);
+        assert_eq!(pack(&small, &mut out), (Packing::Plain, &small[..]));
+        // Bytes with no repeats to find: LZ4 would only add its tokens.
+        let mut noise = vec![0u8; 4096];
+        getrandom::fill(&mut noise).unwrap();
+        let mut random = Vec::new();
+        push(&mut random, &noise);
+        assert_eq!(pack(&random, &mut out), (Packing::Plain, &random[..]));
+        assert_eq!(unpack(Packing::Plain, &random).unwrap(), random);
+    }
+
+    #[test]
+    fn a_damaged_packed_chunk_or_unknown_packing_is_malformed() {
+        let plain = progress_chunk(64);
+        let mut out = Vec::new();
+        let (_, stored) = pack(&plain, &mut out);
+        let stored = stored.to_vec();
+        // Cut short, a length that claims more than the block holds, and no length at all.
+        assert_eq!(
+            unpack(Packing::Lz4, &stored[..stored.len() - 3]),
+            Err(Malformed)
+        );
+        let mut lying = stored.clone();
+        lying[..LENGTH_BYTES].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(unpack(Packing::Lz4, &lying), Err(Malformed));
+        let mut longer = stored.clone();
+        longer[..LENGTH_BYTES].copy_from_slice(&(plain.len() as u32 + 1).to_le_bytes());
+        assert_eq!(unpack(Packing::Lz4, &longer), Err(Malformed));
+        assert_eq!(unpack(Packing::Lz4, &[1, 0]), Err(Malformed));
+        assert_eq!(Packing::from_code(2), Err(Malformed));
+        assert_eq!(Packing::from_code(-1), Err(Malformed));
     }
 
     #[test]

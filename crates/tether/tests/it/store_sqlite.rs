@@ -636,6 +636,154 @@ async fn evicting_part_of_a_chunk_holds_across_a_reopen() {
     assert_eq!(events.usage(&owner.session).await.unwrap().events, CAP);
 }
 
+/// `len` characters of base64url that LZ4 finds next to no repeats in (a xorshift sequence
+/// from `seed`), so that the chunks holding them are stored at about their size.
+fn incompressible(len: usize, seed: &mut u64) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    (0..len)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            char::from(ALPHABET[(*seed >> 58) as usize])
+        })
+        .collect()
+}
+
+/// Chunks of many events are stored packed: the file holds a fraction of their frames' bytes,
+/// and what a reopened store reads back (from the file: a new store has no committed tail)
+/// is every frame as it was appended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_of_many_events_are_stored_packed_and_read_back_unchanged() {
+    const N: usize = 2_000;
+    let dir = TempDir::new().unwrap();
+    let (events, owner, stream) = open_with_stream(dir.path()).await;
+    for n in 0..N {
+        events.append(stream, &progress(n)).await.unwrap();
+    }
+    events.flush(stream).await.unwrap();
+    let written = events
+        .read_from_start(&owner, stream, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(written.events.len(), N + 1);
+    let frame_bytes: usize = written.events.iter().map(|e| e.frame.len()).sum();
+    drop(events);
+
+    let conn = rusqlite::Connection::open(dir.path().join("tether.db")).unwrap();
+    let (packed, stored): (i64, i64) = conn
+        .query_row(
+            "SELECT sum(packing = 1), sum(length(frames)) FROM chunks",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    drop(conn);
+    assert!(packed > 0, "no chunk was packed");
+    assert!(
+        stored as usize * 4 < frame_bytes,
+        "{frame_bytes} bytes of frames took {stored} bytes in the file"
+    );
+
+    let (events, _sessions) = sqlite::open(config_in(dir.path())).unwrap();
+    let read = events
+        .read_from_start(&owner, stream, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(read.events, written.events, "the same frames, in order");
+}
+
+/// A file written before chunks were packed (no `packing` column, every chunk plain) opens
+/// with its events as they were; chunks stored after it are packed beside them, and both
+/// kinds read back in order after another reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_whose_chunks_have_no_packing_column_opens_with_its_events() {
+    let dir = TempDir::new().unwrap();
+    let (events, owner, old) = open_with_stream(dir.path()).await;
+    // One commit per event: chunks of one event each, too small to pack.
+    for n in 1..=5 {
+        events.append(old, &progress(n)).await.unwrap();
+        events.flush(old).await.unwrap();
+    }
+    let written = events.read_from_start(&owner, old, 100).await.unwrap();
+    let usage = events.usage(&owner.session).await.unwrap();
+    drop(events);
+    let db = dir.path().join("tether.db");
+    let packed = |db: &Path| -> i64 {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.query_row(
+            "SELECT count(*) FROM chunks WHERE packing != 0",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        packed(&db),
+        0,
+        "the small chunks are plain, as an older file's"
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("ALTER TABLE chunks DROP COLUMN packing")
+        .unwrap();
+    drop(conn);
+
+    let (events, sessions) = sqlite::open(config_in(dir.path())).unwrap();
+    let read = events.read_from_start(&owner, old, 100).await.unwrap();
+    assert_eq!(read.events, written.events, "the same events, in order");
+    assert_eq!(events.usage(&owner.session).await.unwrap(), usage);
+    let new = events
+        .create_stream(&owner, StreamKind::Request, RETRY, &[])
+        .await
+        .unwrap();
+    for n in 1..=1_000 {
+        events.append(new, &progress(n)).await.unwrap();
+    }
+    events.flush(new).await.unwrap();
+    drop((events, sessions));
+    assert!(packed(&db) > 0, "later chunks are packed");
+
+    let (events, _sessions) = sqlite::open(config_in(dir.path())).unwrap();
+    assert_eq!(
+        events
+            .read_from_start(&owner, old, 100)
+            .await
+            .unwrap()
+            .events,
+        written.events
+    );
+    assert_eq!(
+        seqs_read(&events, &owner, new).await,
+        (0..=1_000).collect::<Vec<u64>>()
+    );
+}
+
+/// A chunk whose packing this version does not know (a file from a newer version, or
+/// damaged) is an error to its reader, never a gap in what the reader is handed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_of_unknown_packing_is_an_error_not_a_gap() {
+    let dir = TempDir::new().unwrap();
+    let (events, owner, stream) = open_with_stream(dir.path()).await;
+    for n in 1..=1_000 {
+        events.append(stream, &progress(n)).await.unwrap();
+    }
+    events.flush(stream).await.unwrap();
+    drop(events);
+    let conn = rusqlite::Connection::open(dir.path().join("tether.db")).unwrap();
+    let changed = conn
+        .execute("UPDATE chunks SET packing = 9 WHERE first_seq > 0", [])
+        .unwrap();
+    assert!(changed > 0);
+    drop(conn);
+
+    let (events, _sessions) = sqlite::open(config_in(dir.path())).unwrap();
+    let read = events.read_from_start(&owner, stream, usize::MAX).await;
+    assert!(
+        matches!(read, Err(StoreError::Unavailable(_))),
+        "got {read:?}"
+    );
+}
+
 /// The WAL's frame count as a checkpoint from another connection reports it (which also
 /// copies it back: call it only where that does not matter).
 fn wal_frames(path: &Path) -> i64 {
@@ -663,9 +811,11 @@ async fn the_wal_stays_bounded_while_a_stream_appends_and_starts_over_after_idle
         .create_stream(&owner, StreamKind::Request, RETRY, &[])
         .await
         .unwrap();
-    let padding = "x".repeat(4096);
+    const PADDING: usize = 4096;
+    let mut seed = 0x9e37_79b9_7f4a_7c15;
     let mut largest_wal = 0;
     for n in 0..EVENTS {
+        let padding = incompressible(PADDING, &mut seed);
         let message = format!(
             r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"n":{n},"data":"{padding}"}}}}"#
         );
@@ -677,7 +827,7 @@ async fn the_wal_stays_bounded_while_a_stream_appends_and_starts_over_after_idle
     }
     // A WAL never restarted holds every byte appended and its pages' overhead; restarted
     // every 16 MiB it stays well under that, even with checkpoints delayed by a busy machine.
-    let written = (EVENTS * padding.len()) as u64;
+    let written = (EVENTS * PADDING) as u64;
     assert!(
         largest_wal < written,
         "the WAL reached {largest_wal} bytes for {written} bytes appended: it was never restarted"

@@ -204,14 +204,14 @@ pub fn open(
         },
     };
     let lock = lock_store(&config.path)?;
-    let conn = open_writer(&config).map_err(fail)?;
+    let mut conn = open_writer(&config).map_err(fail)?;
     let sealing_key = schema::sealing_key(&conn).map_err(fail)?;
     let shared = Arc::new(Shared {
         progress: Mutex::default(),
         records: Mutex::default(),
         transactions: AtomicU64::new(0),
     });
-    let checkpointer = Checkpointer::start(&config.path)?;
+    let checkpointer = Checkpointer::start(&config.path, &mut conn)?;
     let started = Writer::spawn(conn, config.clone(), Arc::clone(&shared), checkpointer).map_err(
         |error| match error {
             Started::Sql(source) => fail(source),
@@ -710,8 +710,12 @@ mod tests {
             .create_stream(&owner, StreamKind::Request, Duration::from_secs(1), &[])
             .await
             .unwrap();
-        let pad = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2000));
         for _ in 0..500 {
+            // Random hex: chunks of it are stored at about their size, not packed away.
+            let mut random = [0u8; 1000];
+            getrandom::fill(&mut random).unwrap();
+            let hex: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+            let pad = format!(r#"{{"pad":"{hex}"}}"#);
             events.append(stream, pad.as_bytes()).await.unwrap();
         }
         events.complete(stream).await.unwrap();

@@ -84,7 +84,7 @@ pub(super) fn read(
     {
         let mut statement = tx
             .prepare_cached(
-                "SELECT first_seq, frames FROM chunks WHERE stream = ?1 AND first_seq >= coalesce(
+                "SELECT first_seq, frames, packing FROM chunks WHERE stream = ?1 AND first_seq >= coalesce(
                      (SELECT max(first_seq) FROM chunks WHERE stream = ?1 AND first_seq <= ?2), ?2)
                  ORDER BY first_seq",
             )
@@ -102,7 +102,11 @@ pub(super) fn read(
                 .get_ref(1)
                 .and_then(|value| Ok(value.as_blob()?))
                 .map_err(unavailable)?;
-            for (seq, frame) in (first..).zip(chunk::frames(Bytes::copy_from_slice(blob))) {
+            let packing = row.get(2).map_err(unavailable)?;
+            let chunk = chunk::Packing::from_code(packing)
+                .and_then(|packing| chunk::unpack(packing, blob))
+                .map_err(unavailable)?;
+            for (seq, frame) in (first..).zip(chunk::frames(chunk)) {
                 let frame = frame.map_err(unavailable)?;
                 if seq < from {
                     continue;

@@ -3,7 +3,9 @@
 //! chunks), the read-only connections, and the checkpoint thread that copies the WAL back
 //! into the file so that no commit waits for it.
 
+use std::ffi::c_int;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -100,6 +102,7 @@ pub(super) fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connec
              first_seq INTEGER NOT NULL,
              last_seq INTEGER NOT NULL,
              frames BLOB NOT NULL,
+             packing INTEGER NOT NULL DEFAULT 0,
              PRIMARY KEY (stream, first_seq)
          );
          CREATE TABLE IF NOT EXISTS tombstones (
@@ -121,7 +124,10 @@ pub(super) fn open_writer(config: &SqliteStoreConfig) -> rusqlite::Result<Connec
              client TEXT
          );"
     ))?;
-    add_session_client_column(&conn)?;
+    // Sessions keep their client's handshake (none for sessions of an older file); chunks say
+    // how they are packed (an older file's are plain).
+    add_column_if_missing(&conn, "sessions", "client", "TEXT")?;
+    add_column_if_missing(&conn, "chunks", "packing", "INTEGER NOT NULL DEFAULT 0")?;
     convert_events_table(&conn)?;
     Ok(conn)
 }
@@ -150,16 +156,23 @@ pub(super) fn sealing_key(conn: &Connection) -> rusqlite::Result<[u8; 32]> {
     })
 }
 
-/// Gives a file written before sessions kept their client's handshake the column for it
-/// (its sessions have none).
-fn add_session_client_column(conn: &Connection) -> rusqlite::Result<()> {
+/// Adds `column` (`definition` as in `ALTER TABLE ... ADD COLUMN`) to `table` of a file
+/// written before the column existed; rows already there take the column's default.
+fn add_column_if_missing(
+    conn: &Connection,
+    table: &str,
+    column: &str,
+    definition: &str,
+) -> rusqlite::Result<()> {
     let present: bool = conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('sessions') WHERE name = 'client')",
-        [],
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2)",
+        params![table, column],
         |row| row.get(0),
     )?;
     if !present {
-        conn.execute_batch("ALTER TABLE sessions ADD COLUMN client TEXT")?;
+        conn.execute_batch(&format!(
+            "ALTER TABLE {table} ADD COLUMN {column} {definition}"
+        ))?;
     }
     Ok(())
 }
@@ -200,8 +213,7 @@ pub(super) fn convert_events_table(conn: &Connection) -> rusqlite::Result<()> {
     converted
 }
 
-/// Bytes of WAL the writer commits (estimated from what it inserts) before it asks the
-/// checkpointer to copy the WAL back into the database file: SQLite's own auto-checkpoint
+/// Bytes of WAL the writer commits before it asks the checkpointer to copy the WAL back into the database file: SQLite's own auto-checkpoint
 /// threshold (1000 pages).
 pub(super) const CHECKPOINT_AFTER_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -211,8 +223,7 @@ pub(super) const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 /// The writer connection's page cache, in KiB.
 pub(super) const WRITER_CACHE_KIB: u64 = 16 * 1024;
 
-/// The WAL bytes the writer commits (estimated) after which it copies the rest of the WAL
-/// back itself, so that its next transaction writes the WAL from its start again.
+/// The WAL's size in bytes after which the writer copies the rest of the WAL back itself, so that its next transaction writes the WAL from its start again.
 pub(super) const RESTART_AFTER_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Copies the WAL back into the database file on a thread of its own, so the writer's commits
@@ -225,68 +236,106 @@ pub(super) const RESTART_AFTER_BYTES: u64 = 16 * 1024 * 1024;
 /// for as long as the writer is busy, and even after it goes idle (the last frames wait for
 /// the next threshold), and writing ever new file blocks costs the writer most of its time in
 /// the kernel. So the writer itself, between batches, copies back what the thread has not yet
-/// ([`Checkpointer::restart`]): every [`RESTART_AFTER_BYTES`] and when it goes idle. It is
+/// ([`Checkpointer::restart_if_due`]): every [`RESTART_AFTER_BYTES`] and when it goes idle. It is
 /// the only writer, so nothing lands in between, and its next transaction restarts the WAL
 /// (unless a reader still reads an old snapshot in it, when it tries again later).
 pub(super) struct Checkpointer {
     signal: Arc<(Mutex<CheckpointState>, std::sync::Condvar)>,
     thread: Option<JoinHandle<()>>,
-    /// WAL bytes committed since the writer last copied the whole WAL back (an estimate).
-    unrestarted: u64,
-    /// `unrestarted` at which the writer next tries [`Checkpointer::restart`].
+    /// Frames in the WAL after the writer's latest commit, as SQLite's WAL hook reports them
+    /// (set on the writer's thread, inside its `COMMIT`).
+    frames: Arc<AtomicU64>,
+    /// The file's page size: the bytes of one WAL frame's page.
+    page_size: u64,
+    /// `frames` at the writer's previous commit.
+    last_frames: u64,
+    /// The writer committed since it last copied the whole WAL back.
+    dirty: bool,
+    /// The WAL's size in bytes at which the writer next tries
+    /// [`Checkpointer::restart_if_due`].
     restart_at: u64,
 }
 
 #[derive(Default)]
 pub(super) struct CheckpointState {
-    /// WAL bytes committed since the last checkpoint began (an estimate).
+    /// WAL bytes committed since the last checkpoint began.
     committed: u64,
     stop: bool,
 }
 
 impl Checkpointer {
-    pub(super) fn start(path: &Path) -> std::io::Result<Self> {
+    /// Starts the checkpoint thread for the file at `path` and has the writer's connection
+    /// `conn` report each commit's WAL size to it. `conn` must not change
+    /// `wal_autocheckpoint` afterwards: that replaces the hook.
+    pub(super) fn start(path: &Path, conn: &mut Connection) -> Result<Self, SqliteOpenError> {
+        let fail = |source| SqliteOpenError::Sqlite {
+            path: path.to_owned(),
+            source,
+        };
+        let page_size: i64 = conn
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .map_err(fail)?;
+        let frames = Arc::new(AtomicU64::new(0));
+        let reported = Arc::clone(&frames);
+        conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: c_int| {
+            reported.store(u64::try_from(pages).unwrap_or(0), Ordering::Relaxed);
+            Ok(())
+        }))
+        .map_err(fail)?;
         let signal: Arc<(Mutex<CheckpointState>, std::sync::Condvar)> = Arc::default();
         let shared = Arc::clone(&signal);
-        let path = path.to_owned();
+        let owned = path.to_owned();
         let thread = std::thread::Builder::new()
             .name("tether-sqlite-checkpoint".into())
-            .spawn(move || checkpoint_loop(&path, &shared))?;
+            .spawn(move || checkpoint_loop(&owned, &shared))?;
         Ok(Self {
             signal,
             thread: Some(thread),
-            unrestarted: 0,
+            frames,
+            page_size: u64::try_from(page_size).unwrap_or(4096),
+            last_frames: 0,
+            dirty: false,
             restart_at: RESTART_AFTER_BYTES,
         })
     }
 
-    /// Counts `bytes` committed to the WAL; wakes the checkpointer past the threshold.
-    pub(super) fn committed(&mut self, bytes: u64) {
-        self.unrestarted += bytes;
+    /// Takes the size of the WAL after a commit of the writer's; wakes the checkpointer once
+    /// [`CHECKPOINT_AFTER_BYTES`] more were written since its last checkpoint began.
+    pub(super) fn committed(&mut self) {
+        let frames = self.frames.load(Ordering::Relaxed);
+        let grown = if frames >= self.last_frames {
+            frames - self.last_frames
+        } else {
+            // The commit wrote the WAL from its start again.
+            self.restart_at = RESTART_AFTER_BYTES;
+            frames
+        };
+        self.last_frames = frames;
+        self.dirty = true;
         let (state, wake) = &*self.signal;
         let mut state = guard(state);
-        state.committed += bytes;
+        state.committed += grown * self.page_size;
         if state.committed >= CHECKPOINT_AFTER_BYTES {
             wake.notify_one();
         }
     }
 
-    /// Whether the writer should copy the WAL back now ([`Checkpointer::restart`]): it is
-    /// idle and committed something since the last time, or the WAL grew by
-    /// [`RESTART_AFTER_BYTES`].
-    pub(super) fn restart_due(&self, idle: bool) -> bool {
-        if idle {
-            self.unrestarted > 0
-        } else {
-            self.unrestarted >= self.restart_at
-        }
-    }
-
     /// Copies back, on the writer's connection `conn` between transactions, whatever of the
-    /// WAL the thread has not, so that the next transaction restarts it. When that is not
-    /// possible (the thread's checkpoint is running, or a reader holds an old snapshot), the
-    /// writer tries again after another quarter of [`RESTART_AFTER_BYTES`].
-    pub(super) fn restart(&mut self, conn: &Connection) {
+    /// WAL the thread has not, so that the next transaction restarts it; when the writer is
+    /// `idle` and committed something since the last time, or the WAL reached
+    /// [`RESTART_AFTER_BYTES`]. When that is not possible (the thread's checkpoint is running,
+    /// or a reader holds an old snapshot), the writer tries again once the WAL grew by another
+    /// quarter of [`RESTART_AFTER_BYTES`], or at its next idle timeout.
+    pub(super) fn restart_if_due(&mut self, conn: &Connection, idle: bool) {
+        let wal_bytes = self.last_frames * self.page_size;
+        let due = if idle {
+            self.dirty
+        } else {
+            wal_bytes >= self.restart_at
+        };
+        if !due {
+            return;
+        }
         let copied = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
             Ok((
                 row.get::<_, i64>(0)?,
@@ -296,13 +345,13 @@ impl Checkpointer {
         });
         match copied {
             Ok((0, log, checkpointed)) if checkpointed >= log => {
-                self.unrestarted = 0;
+                self.dirty = false;
                 self.restart_at = RESTART_AFTER_BYTES;
             }
-            Ok(_) => self.restart_at = self.unrestarted + RESTART_AFTER_BYTES / 4,
+            Ok(_) => self.restart_at = wal_bytes + RESTART_AFTER_BYTES / 4,
             Err(error) => {
                 tracing::warn!(%error, "sqlite store: checkpoint failed; retried later");
-                self.restart_at = self.unrestarted + RESTART_AFTER_BYTES / 4;
+                self.restart_at = wal_bytes + RESTART_AFTER_BYTES / 4;
             }
         }
     }

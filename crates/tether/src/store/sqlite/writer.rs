@@ -201,10 +201,10 @@ pub(super) struct Writer {
     /// Events accounted for but not yet inserted (pipelined or not): written many rows per
     /// statement ([`Writer::insert_pending`]) before any other command, eviction or commit.
     pending: Vec<(StreamId, u64, Bytes)>,
-    /// Bytes inserted in the open transaction: what the checkpointer is told it committed.
-    inserted: u64,
     /// The chunk being encoded, kept between commits for its allocation.
     chunk: Vec<u8>,
+    /// The buffer a chunk is packed into ([`chunk::pack`]), kept between commits.
+    packed: Vec<u8>,
     /// When the current batch began (ms since the epoch): the time retention is checked at
     /// for the pipelined appends in it, rather than reading the clock per event.
     batch_started: i64,
@@ -249,8 +249,8 @@ impl Writer {
             record_changes: Vec::new(),
             orphans: Vec::new(),
             pending: Vec::new(),
-            inserted: 0,
             chunk: Vec::new(),
+            packed: Vec::new(),
             batch_started: 0,
             checkpointer,
         };
@@ -279,9 +279,7 @@ impl Writer {
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     self.sweep();
                     last_sweep = std::time::Instant::now();
-                    if self.checkpointer.restart_due(true) {
-                        self.checkpointer.restart(&self.conn);
-                    }
+                    self.checkpointer.restart_if_due(&self.conn, true);
                     continue;
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -294,9 +292,7 @@ impl Writer {
                 }
             }
             self.run_batch(batch);
-            if self.checkpointer.restart_due(false) {
-                self.checkpointer.restart(&self.conn);
-            }
+            self.checkpointer.restart_if_due(&self.conn, false);
             if last_sweep.elapsed() >= period {
                 self.sweep();
                 last_sweep = std::time::Instant::now();
@@ -349,13 +345,10 @@ impl Writer {
                 self.shared.transactions.fetch_add(1, Ordering::Relaxed);
                 self.publish_records();
                 self.publish();
-                // A page for the commit's own bookkeeping, beside the rows.
-                self.checkpointer
-                    .committed(std::mem::take(&mut self.inserted) + 4096);
+                self.checkpointer.committed();
                 Ok(())
             }
             Err(error) => {
-                self.inserted = 0;
                 self.record_changes.clear();
                 let _ = self.conn.execute_batch("ROLLBACK");
                 self.touched.clear();
@@ -531,7 +524,7 @@ impl Writer {
         // up to the order of streams within one commit.
         let mut statement = self
             .conn
-            .prepare("SELECT stream, first_seq, frames FROM chunks ORDER BY rowid")?;
+            .prepare("SELECT stream, first_seq, frames, packing FROM chunks ORDER BY rowid")?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
             let Ok(stream) = StreamId::parse(&row.get::<_, String>(0)?) else {
@@ -541,7 +534,13 @@ impl Writer {
             let Some(state) = self.streams.get_mut(&stream) else {
                 continue;
             };
-            let blob = Bytes::copy_from_slice(row.get_ref(2)?.as_blob()?);
+            let stored = row.get_ref(2)?.as_blob()?;
+            let Ok(blob) = chunk::Packing::from_code(row.get(3)?)
+                .and_then(|packing| chunk::unpack(packing, stored))
+            else {
+                tracing::error!(%stream, "sqlite store: a stored chunk is malformed; its events are left out");
+                continue;
+            };
             for (seq, frame) in (first..).zip(chunk::frames(blob)) {
                 let Ok(frame) = frame else {
                     tracing::error!(%stream, "sqlite store: a stored chunk is malformed; its events after the last whole one are left out");
@@ -760,7 +759,7 @@ impl Writer {
         if len > self.config.limits.max_bytes_per_session {
             return Ok(Err(StoreError::EventTooLarge));
         }
-        self.add_event(&session, id, frame)?;
+        self.add_events(&session, stream, [(id.seq, frame)])?;
         Ok(Ok(id))
     }
 
@@ -798,38 +797,13 @@ impl Writer {
         }
         let session = lane.session();
         self.expire(session, self.batch_started)?;
-        let events = queued.len();
-        let bytes = queued
-            .iter()
-            .map(|append| append.frame.len())
-            .sum::<usize>();
-        if let Some(state) = self.streams.get_mut(&stream) {
-            state.next_seq += events as u64;
-            state.events += events;
-            state.bytes += bytes;
-        }
-        if !self.sessions.contains_key(session) {
-            self.sessions
-                .insert(session.clone(), SessionState::default());
-        }
-        if let Some(state) = self.sessions.get_mut(session) {
-            state.usage.events += events;
-            state.usage.bytes += bytes;
-            state.appended.extend(
-                queued
-                    .iter()
-                    .map(|append| (stream, append.id.seq, append.frame.len())),
-            );
-        }
-        self.pending.extend(
+        self.add_events(
+            session,
+            stream,
             queued
                 .iter()
-                .map(|append| (stream, append.id.seq, append.frame.clone())),
-        );
-        if self.touched.last() != Some(&stream) {
-            self.touched.push(stream);
-        }
-        self.evict_to_caps(session)?;
+                .map(|append| (append.id.seq, append.frame.clone())),
+        )?;
         Ok(queued)
     }
 
@@ -844,53 +818,66 @@ impl Writer {
             (*stream, *seq, frame.len())
         });
         let mut statement = self.conn.prepare_cached(
-            "INSERT INTO chunks (stream, first_seq, last_seq, frames) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO chunks (stream, first_seq, last_seq, frames, packing)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
         let mut encoded = std::mem::take(&mut self.chunk);
-        let mut inserted = 0;
+        let mut packed = std::mem::take(&mut self.packed);
         for cut in cuts {
             encoded.clear();
             for (_, _, frame) in &pending[cut.range.clone()] {
                 chunk::push(&mut encoded, frame);
             }
+            let (packing, stored) = chunk::pack(&encoded, &mut packed);
             statement.execute(params![
                 cut.stream.as_str(),
                 i64::try_from(cut.first).unwrap_or(i64::MAX),
                 i64::try_from(cut.last()).unwrap_or(i64::MAX),
-                &encoded[..]
+                stored,
+                packing.code(),
             ])?;
-            inserted += encoded.len() as u64 + 64;
         }
-        self.inserted += inserted;
-        // The buffer is kept for the next commit; one very large frame does not pin memory.
+        // The buffers are kept for the next commit; one very large frame does not pin memory.
         if encoded.capacity() <= 2 * chunk::MAX_BYTES {
             self.chunk = encoded;
+        }
+        if packed.capacity() <= 2 * chunk::MAX_BYTES {
+            self.packed = packed;
         }
         Ok(())
     }
 
-    /// Adds the next event of a stream of `session`: its row to the pending inserts, its
-    /// counts to the mirror; then evicts to the caps.
-    fn add_event(&mut self, session: &SessionId, id: EventId, frame: Bytes) -> Sql<()> {
-        let len = frame.len();
-        self.pending.push((id.stream, id.seq, frame));
-        if let Some(state) = self.streams.get_mut(&id.stream) {
-            state.next_seq += 1;
-            state.events += 1;
-            state.bytes += len;
-        }
+    /// Adds the next events of `stream`, a stream of `session` (seq and frame, in seq order):
+    /// their rows to the pending inserts, their counts to the mirror; then evicts to the caps.
+    fn add_events(
+        &mut self,
+        session: &SessionId,
+        stream: StreamId,
+        frames: impl IntoIterator<Item = (u64, Bytes)>,
+    ) -> Sql<()> {
         if !self.sessions.contains_key(session) {
             self.sessions
                 .insert(session.clone(), SessionState::default());
         }
-        if let Some(usage) = self.sessions.get_mut(session) {
-            usage.usage.events += 1;
-            usage.usage.bytes += len;
-            usage.appended.push_back((id.stream, id.seq, len));
+        let (mut events, mut bytes) = (0, 0);
+        if let Some(state) = self.sessions.get_mut(session) {
+            for (seq, frame) in frames {
+                events += 1;
+                bytes += frame.len();
+                state.appended.push_back((stream, seq, frame.len()));
+                self.pending.push((stream, seq, frame));
+            }
+            state.usage.events += events;
+            state.usage.bytes += bytes;
+        }
+        if let Some(state) = self.streams.get_mut(&stream) {
+            state.next_seq += events as u64;
+            state.events += events;
+            state.bytes += bytes;
         }
         // One wake-up per stream and batch run, not per event.
-        if self.touched.last() != Some(&id.stream) {
-            self.touched.push(id.stream);
+        if self.touched.last() != Some(&stream) {
+            self.touched.push(stream);
         }
         self.evict_to_caps(session)
     }
