@@ -63,7 +63,7 @@ use super::origin::{host_allowed, origin_allowed};
 use super::reply::{self, json_response};
 use super::session::SessionRuntime;
 use super::state::ServerState;
-use super::writer::{READ_BATCH, Start};
+use super::writer::{FIRST_RESUME_BATCH, Start};
 use crate::store::relay::SessionHome;
 use crate::store::{ReadBatch, SessionRecord, SessionUsage, StoreError, StreamKind};
 
@@ -513,7 +513,7 @@ async fn first_resumed_batch(
         .ok_or(ServerError::ResumeRefused(ResumeRefusal::Malformed))?;
     let first = state
         .events
-        .read_after(runtime.owner(), id.stream, id.seq, READ_BATCH)
+        .read_after(runtime.owner(), id.stream, id.seq, FIRST_RESUME_BATCH)
         .await
         .map_err(resume_error)?;
     if first.events.is_empty() && !was_issued(state, runtime, id).await? {

@@ -49,6 +49,12 @@ use crate::store::{ReadBatch, StoredEvent};
 /// progress frames (~150 bytes) stays well under a megabyte.
 pub(crate) const READ_BATCH: usize = 1024;
 
+/// Events a resume reads before its answer starts (it must know the cursor is usable before
+/// it says 200): a quarter of [`READ_BATCH`], what a durable store keeps in one chunk, so the
+/// first replayed event waits for one chunk to be fetched and unpacked rather than four. The
+/// reads after it take [`READ_BATCH`].
+pub(crate) const FIRST_RESUME_BATCH: usize = READ_BATCH / 4;
+
 /// The text of keep-alive comments (`: keep-alive`); readers ignore comments, proxies see
 /// bytes.
 const KEEPALIVE_TEXT: &str = "keep-alive";

@@ -184,9 +184,10 @@ async fn emission_continuing_during_a_replay_stays_contiguous() {
     assert_exact_count(&all, stream, id, &token, COUNT);
 }
 
-/// T66: a replay longer than one store read (the writer reads 256 events at a time) while
-/// new events keep arriving: 600 events are waiting when the client resumes, and the other
-/// 96 and the result are produced while the replay is being written.
+/// T66: a replay longer than one store read (a resume's first read takes 256 events, the
+/// writer's later ones 1 024) while new events keep arriving: 600 events are waiting when
+/// the client resumes, and the other 96 and the result are produced while the replay is
+/// being written.
 #[tokio::test]
 async fn a_long_replay_with_appends_racing_it_is_exact() {
     const COUNT: u64 = 700;
