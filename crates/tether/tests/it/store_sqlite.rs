@@ -759,7 +759,8 @@ async fn a_file_whose_chunks_have_no_packing_column_opens_with_its_events() {
 }
 
 /// A chunk whose packing this version does not know (a file from a newer version, or
-/// damaged) is an error to its reader, never a gap in what the reader is handed.
+/// damaged) is an error to its reader, never a gap in what the reader is handed; its seqs are
+/// not handed out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_of_unknown_packing_is_an_error_not_a_gap() {
     let dir = TempDir::new().unwrap();
@@ -782,6 +783,9 @@ async fn a_chunk_of_unknown_packing_is_an_error_not_a_gap() {
         matches!(read, Err(StoreError::Unavailable(_))),
         "got {read:?}"
     );
+    // The unreadable chunks' seqs stay taken: the stream goes on after them.
+    let next = events.append(stream, &progress(1_001)).await.unwrap();
+    assert_eq!(next.seq, 1_001);
 }
 
 /// The WAL's frame count as a checkpoint from another connection reports it (which also

@@ -522,9 +522,9 @@ impl Writer {
         *guard(&self.shared.records) = records;
         // Chunks in the order they were inserted: each session's events in append order,
         // up to the order of streams within one commit.
-        let mut statement = self
-            .conn
-            .prepare("SELECT stream, first_seq, frames, packing FROM chunks ORDER BY rowid")?;
+        let mut statement = self.conn.prepare(
+            "SELECT stream, first_seq, frames, packing, last_seq FROM chunks ORDER BY rowid",
+        )?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
             let Ok(stream) = StreamId::parse(&row.get::<_, String>(0)?) else {
@@ -538,6 +538,10 @@ impl Writer {
             let Ok(blob) = chunk::Packing::from_code(row.get(3)?)
                 .and_then(|packing| chunk::unpack(packing, stored))
             else {
+                // Its seqs stay taken, so the stream's next append does not collide with it;
+                // a read that reaches it fails rather than skipping it.
+                let last = u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0);
+                state.next_seq = state.next_seq.max(last + 1);
                 tracing::error!(%stream, "sqlite store: a stored chunk is malformed; its events are left out");
                 continue;
             };
