@@ -74,8 +74,9 @@ pub(super) const PACK_FROM_BYTES: usize = 512;
 /// cannot make [`unpack`] allocate more than the stored bytes can hold.
 const LZ4_MAX_RATIO: usize = 255;
 
-/// Packs the chunk `plain` into `out` (its previous bytes replaced) and returns how, with the
-/// bytes to store: `out`'s when LZ4 made the chunk smaller, else `plain` itself.
+/// Packs the chunk `plain` using `out` as scratch (a buffer kept between calls, so it only
+/// grows) and returns how, with the bytes to store: a prefix of `out` when LZ4 made the chunk
+/// smaller, else `plain` itself.
 pub(super) fn pack<'a>(plain: &'a [u8], out: &'a mut Vec<u8>) -> (Packing, &'a [u8]) {
     let Ok(len) = u32::try_from(plain.len()) else {
         return (Packing::Plain, plain);
@@ -83,16 +84,15 @@ pub(super) fn pack<'a>(plain: &'a [u8], out: &'a mut Vec<u8>) -> (Packing, &'a [
     if plain.len() < PACK_FROM_BYTES {
         return (Packing::Plain, plain);
     }
-    out.clear();
-    out.resize(
-        LENGTH_BYTES + lz4_flex::block::get_maximum_output_size(plain.len()),
-        0,
-    );
+    // Grown (and zeroed) only when a larger chunk needs it, not cleared and zeroed per chunk.
+    let room = LENGTH_BYTES + lz4_flex::block::get_maximum_output_size(plain.len());
+    if out.len() < room {
+        out.resize(room, 0);
+    }
     out[..LENGTH_BYTES].copy_from_slice(&len.to_le_bytes());
-    match lz4_flex::block::compress_into(plain, &mut out[LENGTH_BYTES..]) {
+    match lz4_flex::block::compress_into(plain, &mut out[LENGTH_BYTES..room]) {
         Ok(packed) if LENGTH_BYTES + packed < plain.len() => {
-            out.truncate(LENGTH_BYTES + packed);
-            (Packing::Lz4, &out[..])
+            (Packing::Lz4, &out[..LENGTH_BYTES + packed])
         }
         // Incompressible (or an encoder error, which a buffer of the maximum size rules
         // out): the chunk as it is.
@@ -324,6 +324,11 @@ mod tests {
         let stored = stored.to_vec();
         let unpacked = unpack(Packing::from_code(packing.code()).unwrap(), &stored).unwrap();
         assert_eq!(unpacked, plain);
+        // The same scratch buffer, now longer than needed: only its prefix is the chunk.
+        let smaller = progress_chunk(64);
+        let (packing, stored) = pack(&smaller, &mut out);
+        assert_eq!(packing, Packing::Lz4);
+        assert_eq!(unpack(packing, stored).unwrap(), smaller);
     }
 
     #[test]

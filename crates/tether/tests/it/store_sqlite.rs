@@ -650,6 +650,17 @@ fn incompressible(len: usize, seed: &mut u64) -> String {
         .collect()
 }
 
+/// How many of the file's chunks are stored packed, and the bytes all its chunks take.
+fn packed_chunks(db: &Path) -> (i64, i64) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row(
+        "SELECT coalesce(sum(packing != 0), 0), coalesce(sum(length(frames)), 0) FROM chunks",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )
+    .unwrap()
+}
+
 /// Chunks of many events are stored packed: the file holds a fraction of their frames' bytes,
 /// and what a reopened store reads back (from the file: a new store has no committed tail)
 /// is every frame as it was appended.
@@ -670,15 +681,7 @@ async fn chunks_of_many_events_are_stored_packed_and_read_back_unchanged() {
     let frame_bytes: usize = written.events.iter().map(|e| e.frame.len()).sum();
     drop(events);
 
-    let conn = rusqlite::Connection::open(dir.path().join("tether.db")).unwrap();
-    let (packed, stored): (i64, i64) = conn
-        .query_row(
-            "SELECT sum(packing = 1), sum(length(frames)) FROM chunks",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .unwrap();
-    drop(conn);
+    let (packed, stored) = packed_chunks(&dir.path().join("tether.db"));
     assert!(packed > 0, "no chunk was packed");
     assert!(
         stored as usize * 4 < frame_bytes,
@@ -709,17 +712,8 @@ async fn a_file_whose_chunks_have_no_packing_column_opens_with_its_events() {
     let usage = events.usage(&owner.session).await.unwrap();
     drop(events);
     let db = dir.path().join("tether.db");
-    let packed = |db: &Path| -> i64 {
-        let conn = rusqlite::Connection::open(db).unwrap();
-        conn.query_row(
-            "SELECT count(*) FROM chunks WHERE packing != 0",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap()
-    };
     assert_eq!(
-        packed(&db),
+        packed_chunks(&db).0,
         0,
         "the small chunks are plain, as an older file's"
     );
@@ -741,7 +735,7 @@ async fn a_file_whose_chunks_have_no_packing_column_opens_with_its_events() {
     }
     events.flush(new).await.unwrap();
     drop((events, sessions));
-    assert!(packed(&db) > 0, "later chunks are packed");
+    assert!(packed_chunks(&db).0 > 0, "later chunks are packed");
 
     let (events, _sessions) = sqlite::open(config_in(dir.path())).unwrap();
     assert_eq!(

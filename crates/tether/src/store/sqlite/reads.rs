@@ -84,7 +84,8 @@ pub(super) fn read(
     {
         let mut statement = tx
             .prepare_cached(
-                "SELECT first_seq, frames, packing FROM chunks WHERE stream = ?1 AND first_seq >= coalesce(
+                "SELECT first_seq, frames, packing FROM chunks
+                 WHERE stream = ?1 AND first_seq >= coalesce(
                      (SELECT max(first_seq) FROM chunks WHERE stream = ?1 AND first_seq <= ?2), ?2)
                  ORDER BY first_seq",
             )

@@ -213,7 +213,8 @@ pub(super) fn convert_events_table(conn: &Connection) -> rusqlite::Result<()> {
     converted
 }
 
-/// Bytes of WAL the writer commits before it asks the checkpointer to copy the WAL back into the database file: SQLite's own auto-checkpoint
+/// Bytes of WAL the writer commits (as SQLite's WAL hook counts them) before it asks the
+/// checkpointer to copy the WAL back into the database file: SQLite's own auto-checkpoint
 /// threshold (1000 pages).
 pub(super) const CHECKPOINT_AFTER_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -223,7 +224,8 @@ pub(super) const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 /// The writer connection's page cache, in KiB.
 pub(super) const WRITER_CACHE_KIB: u64 = 16 * 1024;
 
-/// The WAL's size in bytes after which the writer copies the rest of the WAL back itself, so that its next transaction writes the WAL from its start again.
+/// The WAL's size in bytes after which the writer copies the rest of the WAL back itself, so
+/// that its next transaction writes the WAL from its start again.
 pub(super) const RESTART_AFTER_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Copies the WAL back into the database file on a thread of its own, so the writer's commits
@@ -236,9 +238,11 @@ pub(super) const RESTART_AFTER_BYTES: u64 = 16 * 1024 * 1024;
 /// for as long as the writer is busy, and even after it goes idle (the last frames wait for
 /// the next threshold), and writing ever new file blocks costs the writer most of its time in
 /// the kernel. So the writer itself, between batches, copies back what the thread has not yet
-/// ([`Checkpointer::restart_if_due`]): every [`RESTART_AFTER_BYTES`] and when it goes idle. It is
-/// the only writer, so nothing lands in between, and its next transaction restarts the WAL
-/// (unless a reader still reads an old snapshot in it, when it tries again later).
+/// ([`Checkpointer::restart_if_due`]): once the WAL reaches [`RESTART_AFTER_BYTES`], and when
+/// it goes idle. It is the only writer, so nothing lands in between, and its next transaction
+/// restarts the WAL (unless a reader still reads an old snapshot in it, when it tries again
+/// later). The WAL's size is SQLite's own count, from its WAL hook: an estimate from the rows
+/// inserted misses the pages a small commit rewrites.
 pub(super) struct Checkpointer {
     signal: Arc<(Mutex<CheckpointState>, std::sync::Condvar)>,
     thread: Option<JoinHandle<()>>,
