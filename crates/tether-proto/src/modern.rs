@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 
 use crate::jsonrpc::{ErrorObject, INVALID_PARAMS};
 use crate::logging::LogLevel;
-use crate::version::ProtocolVersion;
+use crate::version::{Eras, ProtocolVersion};
 
 /// `_meta` key: the request's protocol version.
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
@@ -193,28 +193,25 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The JSON-RPC error answering this refusal.
+    /// The JSON-RPC error answering this refusal on a server that serves `eras`.
     #[must_use]
-    pub fn error_object(&self) -> ErrorObject {
+    pub fn error_object(&self, eras: Eras) -> ErrorObject {
         match self {
             Self::InvalidEnvelope(_) => ErrorObject::new(INVALID_PARAMS, self.to_string()),
             Self::HeaderMismatch(_) => ErrorObject::new(HEADER_MISMATCH, self.to_string()),
             Self::UnsupportedVersion { requested } => {
                 ErrorObject::new(UNSUPPORTED_PROTOCOL_VERSION, self.to_string())
-                    .with_data(unsupported_version_data(Some(requested)))
+                    .with_data(unsupported_version_data(eras, Some(requested)))
             }
         }
     }
 }
 
-/// `data` of an unsupported-version error, in either era: every supported version, and the
-/// version asked for when it is known.
+/// `data` of an unsupported-version error, in either era: every version the server serves
+/// (`eras`), and the version asked for when it is known.
 #[must_use]
-pub fn unsupported_version_data(requested: Option<&str>) -> Value {
-    let supported: Vec<&str> = ProtocolVersion::SUPPORTED
-        .iter()
-        .map(|v| v.as_str())
-        .collect();
+pub fn unsupported_version_data(eras: Eras, requested: Option<&str>) -> Value {
+    let supported = eras.version_strings();
     match requested {
         Some(requested) => json!({"supported": supported, "requested": requested}),
         None => json!({"supported": supported}),
@@ -910,7 +907,7 @@ mod tests {
             headers("v999.0.0", "server/discover"),
         )
         .unwrap_err();
-        let error = refusal.error_object();
+        let error = refusal.error_object(Eras::Both);
         assert_eq!(error.code, UNSUPPORTED_PROTOCOL_VERSION);
         let data = error.data.expect("data");
         assert_eq!(data["requested"], "v999.0.0");
@@ -918,6 +915,9 @@ mod tests {
             data["supported"],
             json!(["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"])
         );
+        // A server serving 2026-07-28 alone names only that version.
+        let data = refusal.error_object(Eras::Modern).data.expect("data");
+        assert_eq!(data["supported"], json!(["2026-07-28"]));
         // A legacy version inside a modern envelope is not served by the modern rules.
         assert!(matches!(
             check_request(
@@ -947,7 +947,11 @@ mod tests {
                 headers("2026-07-28", "tools/list"),
             )
             .unwrap_err();
-            assert_eq!(refusal.error_object().code, INVALID_PARAMS, "{meta}");
+            assert_eq!(
+                refusal.error_object(Eras::Both).code,
+                INVALID_PARAMS,
+                "{meta}"
+            );
         }
     }
 

@@ -1,7 +1,10 @@
 //! The per-stream reconnect state machine: when to reconnect a server→client SSE stream, with
 //! which `Last-Event-ID`, and when to stop.
 //!
-//! One [`Reconnect`] per server stream (each POST's SSE response, the standalone GET stream).
+//! One [`Reconnect`] per server stream (each POST's SSE response, the standalone GET stream),
+//! and, in the 2026-07-28 era, per request the client may send again ([`Reconnect::request`]:
+//! a `tasks/stream` read resumed after its last seq, a request safe to repeat, a listen
+//! stream, a POST refused for now), so both eras wait by the same rules.
 //! It owns the stream's cursor (the last event id the application took), the server's `retry`
 //! for this stream (docs/PROTOCOL.md#open-4: `retry` is per stream), the count of consecutive
 //! failed attempts and the budget, and the rule that at most one connection attempt is
@@ -310,6 +313,8 @@ pub struct Reconnect<R = SplitMix64> {
     /// The server's last `retry` on this stream. Kept across reconnects, like WHATWG's
     /// reconnection time, and honoured whatever protocol version was negotiated.
     retry: Option<Duration>,
+    /// What stands in for `retry` until the server sends one ([`Self::with_fallback_retry`]).
+    fallback_retry: Option<Duration>,
     /// Consecutive failed attempts since the last progress.
     failures: u32,
     /// When the current outage began; `None` while the stream has made progress since its
@@ -349,6 +354,38 @@ impl<R: RandomSource> Reconnect<R> {
             Some(now),
             now,
         )
+    }
+
+    /// A machine for a request not yet sent that may be sent again after a loss: a
+    /// 2026-07-28 request, a `tasks/stream` read, a listen stream, a POST refused for now
+    /// (429, 503). The first poll says `Connect { last_event_id: None }`; after a loss the
+    /// request goes out again ([`resend_before_first_id`](Self::resend_before_first_id)),
+    /// with the cursor if an event id was reported meanwhile (a task stream's last seq).
+    ///
+    /// Both eras share the timing rules: the first attempt after a loss waits exactly the
+    /// server's `retry` (else the [fallback](Self::with_fallback_retry), else the first
+    /// backoff step), and the backoff grows only over attempts that made no progress.
+    #[must_use]
+    pub fn request(config: ReconnectConfig, rng: R, now: Instant) -> Self {
+        Self::with_state(
+            config,
+            rng,
+            StreamKind::Post,
+            State::Waiting { until: now },
+            None,
+            Some(now),
+            now,
+        )
+        .resend_before_first_id()
+    }
+
+    /// The wait to use in place of the server's `retry` while the server has sent none: a
+    /// task's `pollIntervalMs`, which is the server's advice on how often to come back for
+    /// that task. A `retry` the server sends takes precedence.
+    #[must_use]
+    pub fn with_fallback_retry(mut self, wait: Duration) -> Self {
+        self.fallback_retry = Some(wait);
+        self
     }
 
     /// A machine resuming a stream from a persisted cursor (a resumption token, e.g. after the
@@ -391,6 +428,7 @@ impl<R: RandomSource> Reconnect<R> {
             state,
             cursor,
             retry: None,
+            fallback_retry: None,
             failures: 0,
             outage_start,
             last_bytes: now,
@@ -613,10 +651,12 @@ impl<R: RandomSource> Reconnect<R> {
             return;
         }
         let outage_start = *self.outage_start.get_or_insert(now);
-        let wait = self
-            .config
-            .backoff
-            .delay(self.failures, self.retry, retry_after, &mut self.rng);
+        let wait = self.config.backoff.delay(
+            self.failures,
+            self.retry.or(self.fallback_retry),
+            retry_after,
+            &mut self.rng,
+        );
         let until = now.checked_add(wait);
         // The first reconnect after a loss is always made, whatever `retry` says; after a
         // failure, give up now rather than sleep past the budget.

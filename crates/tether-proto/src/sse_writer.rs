@@ -17,6 +17,9 @@
 //!   goes out, then a `retry` field, then the end; and never before an event with an id went
 //!   out on the connection (a connection that has written none sends a priming event with the
 //!   id the client resumed from, carrying the `retry`).
+//! - **Reconnection advice** (2026-07-28): a response of the modern era, which has no priming
+//!   event, opens with a bare `retry` field, so a client that reconnects (a task stream read
+//!   again, a request sent again) waits what the server asks.
 //! - **Keep-alive**: a comment after every `keepalive` of silence; zero turns them off.
 //!
 //! It owns no I/O, clock, store or encoding: frames are described ([`Frame`]) and the driver
@@ -110,7 +113,8 @@ pub enum Frame {
         /// The `retry` field, in milliseconds.
         retry_ms: u64,
     },
-    /// A `retry` field alone (milliseconds): the connection closes after it.
+    /// A `retry` field alone (milliseconds): the first frame of a modern-era response, or the
+    /// last of a connection closed before its stream ends.
     Retry {
         /// The `retry` field, in milliseconds.
         retry_ms: u64,
@@ -186,6 +190,8 @@ pub struct SseWriter {
     from_start: bool,
     /// The session's version primes streams (and so keeps seq 0 in replays).
     primes: bool,
+    /// A bare `retry` field is still to open the connection (the modern era's advice).
+    advise_retry: bool,
     keepalive: Duration,
     retry_ms: u64,
     poll_deadline: Option<Instant>,
@@ -219,6 +225,7 @@ impl SseWriter {
             prime_first,
             from_start,
             primes,
+            advise_retry: version.opens_streams_with_retry(),
             keepalive: config.keepalive,
             retry_ms: millis(config.retry),
             poll_deadline: config
@@ -233,6 +240,12 @@ impl SseWriter {
 
     /// What to do next, at `now`.
     pub fn step(&mut self, now: Instant) -> Step {
+        if self.advise_retry {
+            self.advise_retry = false;
+            return Step::Write(Frame::Retry {
+                retry_ms: self.retry_ms,
+            });
+        }
         if self.prime_first {
             self.prime_first = false;
             self.sent_id = true;
@@ -694,5 +707,40 @@ mod tests {
         writer.step(t0);
         let plan = writer.on_batch(&batch(None, false), t0);
         assert_eq!(plan.tail, Some(Frame::Retry { retry_ms: 1000 }));
+    }
+
+    /// The modern era has no priming event, so its responses open with the server's `retry`
+    /// alone; the stored priming event is still left out, and nothing else changes.
+    #[test]
+    fn a_modern_response_opens_with_a_bare_retry_then_reads_its_stream() {
+        let t0 = Instant::now();
+        let modern = ProtocolVersion::MODERN;
+        let mut writer = SseWriter::new(stream(), Start::Fresh { cursor: 0 }, modern, config(), t0);
+        assert_eq!(
+            writer.step(t0),
+            Step::Write(Frame::Retry { retry_ms: 1000 })
+        );
+        assert_eq!(
+            writer.step(t0),
+            Step::Read {
+                from_start: true,
+                after: 0
+            }
+        );
+        let plan = writer.on_batch(&batch(Some(0..=2), true), t0);
+        assert!(
+            plan.skip_first && plan.last && plan.tail.is_none(),
+            "{plan:?}"
+        );
+        assert_eq!(writer.step(t0), Step::End);
+        // Legacy versions never get the bare opening: their priming event carries `retry`.
+        for version in ProtocolVersion::LEGACY {
+            let mut writer =
+                SseWriter::new(stream(), Start::Fresh { cursor: 0 }, version, config(), t0);
+            assert!(
+                matches!(writer.step(t0), Step::Read { .. }),
+                "{version} opens with a read"
+            );
+        }
     }
 }

@@ -131,6 +131,18 @@ impl ProtocolVersion {
         matches!(self, Self::V2025_11_25)
     }
 
+    /// Whether an SSE response opens with a bare `retry` field (docs/CONTRACTS.md#eras).
+    ///
+    /// The modern era has no priming event to carry the server's reconnection advice, yet its
+    /// clients do reconnect: a task stream is read again after the last seq it delivered, a
+    /// request safe to repeat is sent again, a listen stream is reopened. Without a `retry`
+    /// they fall back to their own backoff, which starts near a second; with it they come
+    /// back when the operator's `--retry-ms` says.
+    #[must_use]
+    pub const fn opens_streams_with_retry(self) -> bool {
+        self.is_modern()
+    }
+
     /// Whether the client must send `MCP-Protocol-Version` on every request after
     /// initialization.
     ///
@@ -165,6 +177,89 @@ impl FromStr for ProtocolVersion {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse(s)
+    }
+}
+
+/// Which eras a server serves, as its operator chose (`tether serve --eras`,
+/// docs/CONTRACTS.md#eras). The default serves both on one endpoint.
+///
+/// An operator picks `Legacy` when its users run dual-era clients that make plain (non-task)
+/// calls, which a cut cancels in the modern era but which resume in a 2025 session; `Modern`
+/// for a server that holds no sessions at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Eras {
+    /// 2025 sessions and 2026-07-28 requests on one endpoint.
+    #[default]
+    Both,
+    /// 2025 sessions only: a 2026-07-28 request is answered as a 2025-only server answers it.
+    Legacy,
+    /// 2026-07-28 only: `initialize` is refused as an unsupported version.
+    Modern,
+}
+
+impl Eras {
+    /// Every value, in the order `--help` lists them.
+    pub const ALL: [Self; 3] = [Self::Both, Self::Legacy, Self::Modern];
+
+    /// The flag's spelling: `both`, `legacy` or `modern`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Both => "both",
+            Self::Legacy => "legacy",
+            Self::Modern => "modern",
+        }
+    }
+
+    /// Whether `initialize` opens a 2025 session.
+    #[must_use]
+    pub const fn serves_legacy(self) -> bool {
+        matches!(self, Self::Both | Self::Legacy)
+    }
+
+    /// Whether 2026-07-28 requests are served.
+    #[must_use]
+    pub const fn serves_modern(self) -> bool {
+        matches!(self, Self::Both | Self::Modern)
+    }
+
+    /// The versions served, oldest first: the `data.supported` of every unsupported-version
+    /// answer and the `supportedVersions` of `server/discover`.
+    #[must_use]
+    pub const fn versions(self) -> &'static [ProtocolVersion] {
+        match self {
+            Self::Both => &ProtocolVersion::SUPPORTED,
+            Self::Legacy => &ProtocolVersion::LEGACY,
+            Self::Modern => &[ProtocolVersion::MODERN],
+        }
+    }
+
+    /// [`versions`](Self::versions), spelled.
+    #[must_use]
+    pub fn version_strings(self) -> Vec<&'static str> {
+        self.versions().iter().map(|v| v.as_str()).collect()
+    }
+}
+
+impl fmt::Display for Eras {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `--eras` value other than `both`, `legacy` or `modern`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown eras {0:?}: expected both, legacy or modern")]
+pub struct UnknownEras(pub String);
+
+impl FromStr for Eras {
+    type Err = UnknownEras;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|eras| eras.as_str() == s)
+            .ok_or_else(|| UnknownEras(s.to_owned()))
     }
 }
 

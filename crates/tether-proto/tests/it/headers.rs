@@ -557,3 +557,29 @@ proptest! {
         prop_assert_eq!(accepts(&header, SSE), thousandths > 0);
     }
 }
+
+/// docs/CONTRACTS.md#eras: `--eras` takes `both`, `legacy` or `modern` (default `both`), and
+/// each names exactly the versions it serves, which every unsupported-version answer and
+/// `server/discover` list.
+#[test]
+fn eras_parse_their_flag_values_and_name_the_versions_they_serve() {
+    use tether_proto::version::Eras;
+    assert_eq!(Eras::default(), Eras::Both);
+    for eras in Eras::ALL {
+        assert_eq!(eras.as_str().parse::<Eras>(), Ok(eras));
+    }
+    assert!("Both".parse::<Eras>().is_err(), "spelled exactly");
+    assert!("".parse::<Eras>().is_err());
+    assert_eq!(
+        Eras::Both.version_strings(),
+        ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
+    );
+    assert_eq!(
+        Eras::Legacy.version_strings(),
+        ["2025-03-26", "2025-06-18", "2025-11-25"]
+    );
+    assert_eq!(Eras::Modern.version_strings(), ["2026-07-28"]);
+    assert!(Eras::Legacy.serves_legacy() && !Eras::Legacy.serves_modern());
+    assert!(!Eras::Modern.serves_legacy() && Eras::Modern.serves_modern());
+    assert!(Eras::Both.serves_legacy() && Eras::Both.serves_modern());
+}

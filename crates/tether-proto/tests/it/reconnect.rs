@@ -1113,6 +1113,170 @@ fn terminal_states_are_final() {
 }
 
 // ---------------------------------------------------------------------------------------
+// The 2026-07-28 era: task streams, requests sent again, listen streams
+// (docs/CONTRACTS.md#client-reconnect-timing applies to both eras)
+
+/// A `tasks/stream` read as the client drives it: `request()`, its seq reported as the event
+/// id, `pollIntervalMs` as the fallback.
+fn task_stream(now: Instant, poll: Option<Duration>) -> Reconnect {
+    let machine = Reconnect::request(ReconnectConfig::default(), SplitMix64::new(7), now);
+    match poll {
+        Some(poll) => machine.with_fallback_retry(poll),
+        None => machine,
+    }
+}
+
+#[test]
+fn a_request_is_sent_at_once_and_again_without_a_cursor_after_a_loss() {
+    let c = Clock::new();
+    let mut m = Reconnect::request(ReconnectConfig::default(), SplitMix64::new(1), c.at(0));
+    assert_eq!(expect_connect(&mut m, c.at(0)), None, "sent at once");
+    m.on_connected(c.at(5));
+    m.on_event(c.at(6), Event::message(None));
+    m.on_failure(c.at(10), Failure::Network);
+    // Not given up as unresumable: it goes out again, after the first backoff step.
+    let (when, id) = wait_and_connect(&mut m, c.at(10));
+    assert_eq!(id, None);
+    assert_eq!(when, c.at(10) + secs(1));
+}
+
+#[test]
+fn a_task_stream_comes_back_after_the_servers_retry_from_its_last_seq() {
+    let c = Clock::new();
+    let mut m = task_stream(c.at(0), Some(ms(500)));
+    assert_eq!(expect_connect(&mut m, c.at(0)), None, "from the start");
+    m.on_connected(c.at(1));
+    // The modern response opens with `retry: 100` alone, then the events.
+    m.on_event(c.at(1), Event::default().with_retry(ms(100)));
+    m.on_event(c.at(2), Event::message(Some("0")));
+    m.on_event(c.at(3), Event::message(Some("1")));
+    m.on_failure(c.at(4), Failure::Network);
+    let (when, id) = wait_and_connect(&mut m, c.at(4));
+    assert_eq!(id.as_deref(), Some("1"), "after the last seq delivered");
+    assert_eq!(
+        when,
+        c.at(4) + ms(100),
+        "exactly the server's retry, not the poll interval"
+    );
+}
+
+#[test]
+fn a_task_stream_without_retry_comes_back_after_the_tasks_poll_interval() {
+    let c = Clock::new();
+    let mut m = task_stream(c.at(0), Some(ms(250)));
+    let _ = expect_connect(&mut m, c.at(0));
+    m.on_connected(c.at(1));
+    m.on_event(c.at(2), Event::message(Some("0")));
+    m.on_failure(c.at(3), Failure::CleanClose);
+    let (when, _) = wait_and_connect(&mut m, c.at(3));
+    assert_eq!(when, c.at(3) + ms(250));
+    // With neither, the first backoff step, as in the legacy era.
+    let mut m = task_stream(c.at(0), None);
+    let _ = expect_connect(&mut m, c.at(0));
+    m.on_connected(c.at(1));
+    m.on_event(c.at(2), Event::message(Some("0")));
+    m.on_failure(c.at(3), Failure::CleanClose);
+    let (when, _) = wait_and_connect(&mut m, c.at(3));
+    assert_eq!(when, c.at(3) + secs(1));
+}
+
+/// Every cut after events arrived is a fresh loss, waited out with `retry` exactly, however
+/// many there are: a call cut every few kilobytes never slows down.
+#[test]
+fn a_task_stream_cut_after_every_few_events_never_backs_off() {
+    let c = Clock::new();
+    let mut m = task_stream(c.at(0), Some(ms(500)));
+    let mut now = c.at(0);
+    let _ = expect_connect(&mut m, now);
+    let mut seq = 0_u64;
+    for _ in 0..200 {
+        m.on_connected(now);
+        m.on_event(now, Event::default().with_retry(ms(100)));
+        for _ in 0..3 {
+            m.on_event(now, Event::message(Some(&seq.to_string())));
+            seq += 1;
+        }
+        m.on_failure(now, Failure::Network);
+        let (when, id) = wait_and_connect(&mut m, now);
+        assert_eq!(when, now + ms(100));
+        assert_eq!(id, Some((seq - 1).to_string()));
+        assert_eq!(m.failures(), 0);
+        now = when;
+    }
+}
+
+/// Attempts that bring nothing back off: `max(retry, jittered step)`, growing, and the budget
+/// runs out; one that brings an event resets both.
+#[test]
+fn a_task_stream_backs_off_only_across_attempts_without_progress() {
+    let c = Clock::new();
+    let mut config = ReconnectConfig::default();
+    config.budget = Budget {
+        max_attempts: 4,
+        max_elapsed: Duration::MAX,
+    };
+    // The largest jitter draw, so the waits are the backoff steps themselves.
+    let mut m = Reconnect::request(config, || u64::MAX, c.at(0)).with_fallback_retry(ms(50));
+    let _ = expect_connect(&mut m, c.at(0));
+    m.on_connected(c.at(1));
+    m.on_event(c.at(1), Event::default().with_retry(ms(100)));
+    m.on_event(c.at(2), Event::message(Some("0")));
+    m.on_failure(c.at(3), Failure::Network);
+    let (mut now, _) = wait_and_connect(&mut m, c.at(3));
+    assert_eq!(now, c.at(103));
+    let mut waits = Vec::new();
+    // Each reconnect is answered, then cut before any event: no progress.
+    for _ in 0..3 {
+        m.on_connected(now);
+        m.on_failure(now, Failure::Network);
+        let (when, id) = wait_and_connect(&mut m, now);
+        assert_eq!(id.as_deref(), Some("0"));
+        waits.push(when - now);
+        now = when;
+    }
+    assert_eq!(
+        waits,
+        [ms(1500), ms(2250), ms(3375)],
+        "1.5x steps over retry"
+    );
+    // Progress: the next cut is waited out with retry again.
+    m.on_connected(now);
+    m.on_event(now, Event::message(Some("1")));
+    m.on_failure(now, Failure::Network);
+    let (when, id) = wait_and_connect(&mut m, now);
+    assert_eq!((when - now, id.as_deref()), (ms(100), Some("1")));
+    // Four connects in a row that fail: the budget is spent.
+    now = when;
+    for _ in 0..3 {
+        m.on_failure(now, Failure::Network);
+        let (when, _) = wait_and_connect(&mut m, now);
+        now = when;
+    }
+    m.on_failure(now, Failure::Network);
+    assert!(matches!(
+        expect_give_up(&mut m, now),
+        GiveUpReason::BudgetExhausted { attempts: 4, .. }
+    ));
+}
+
+/// 429 and 503 carry `Retry-After`: a floor over the wait, in this era too.
+#[test]
+fn a_request_refused_for_now_waits_at_least_retry_after() {
+    let c = Clock::new();
+    let mut m = task_stream(c.at(0), Some(ms(100)));
+    let _ = expect_connect(&mut m, c.at(0));
+    m.on_failure(
+        c.at(2),
+        Failure::Status {
+            code: 503,
+            retry_after: Some(secs(3)),
+        },
+    );
+    let (when, _) = wait_and_connect(&mut m, c.at(2));
+    assert!(when >= c.at(2) + secs(3), "{:?}", when - c.at(2));
+}
+
+// ---------------------------------------------------------------------------------------
 // A hundred disconnects in a millisecond
 
 /// What a test driver knows independently of the machine, to check it against.
