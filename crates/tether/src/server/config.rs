@@ -6,6 +6,7 @@
 //! endpoint, the writer loops and the accept loop read them.
 
 use std::time::Duration;
+pub use tether_proto::version::Eras;
 
 /// The MCP endpoint's default path, as the spec's examples and the SDKs use it.
 pub const DEFAULT_PATH: &str = "/mcp";
@@ -202,6 +203,11 @@ pub struct ServerConfig {
     /// ([`DEFAULT_MAX_TASKS_PER_PRINCIPAL`]); a call that would make one more is refused with
     /// 429.
     pub max_tasks_per_principal: usize,
+    /// Which eras the endpoint serves (`tether serve --eras`; default [`Eras::Both`]):
+    /// under `Legacy` a 2026-07-28 request is answered as a 2025-only server answers it (a
+    /// dual-era client falls back to a session, where a cut stream resumes); under `Modern`
+    /// `initialize` is refused as an unsupported version. docs/CONTRACTS.md#eras.
+    pub eras: Eras,
 }
 
 impl Default for ServerConfig {
@@ -230,6 +236,7 @@ impl Default for ServerConfig {
             task_events_retention: DEFAULT_TASK_EVENTS_RETENTION,
             task_max_event_bytes: DEFAULT_TASK_MAX_EVENT_BYTES,
             max_tasks_per_principal: DEFAULT_MAX_TASKS_PER_PRINCIPAL,
+            eras: Eras::Both,
         }
     }
 }

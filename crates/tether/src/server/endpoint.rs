@@ -51,7 +51,7 @@ use tether_proto::jsonrpc::{
     Batching, Body as RpcBody, Message, Request as RpcRequest, Response as RpcResponse, parse_body,
 };
 use tether_proto::modern::{Era, MCP_METHOD, MCP_NAME, RequestHeaders, era_of};
-use tether_proto::version::{ProtocolVersion, check_header, negotiate};
+use tether_proto::version::{Eras, ProtocolVersion, check_header, negotiate};
 
 use super::context::SessionContext;
 use super::dispatch::{self, Recipient};
@@ -141,19 +141,19 @@ fn accept_value(headers: &HeaderMap) -> Option<String> {
     (!values.is_empty()).then(|| values.join(", "))
 }
 
-/// `MCP-Protocol-Version` checked against the supported versions
-/// (docs/CONTRACTS.md#negotiated-version): absent or supported is fine (the session's negotiated
-/// version stays in force either way).
-fn check_protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, ServerError> {
+/// `MCP-Protocol-Version` checked against the legacy versions `eras` serves
+/// (docs/CONTRACTS.md#negotiated-version): absent or supported is fine (the session's
+/// negotiated version stays in force either way).
+fn check_protocol_version(
+    headers: &HeaderMap,
+    eras: Eras,
+) -> Result<Option<ProtocolVersion>, ServerError> {
+    let unsupported = || ServerError::UnsupportedProtocolVersion(eras);
     let value = match headers.get(MCP_PROTOCOL_VERSION) {
         None => None,
-        Some(value) => Some(
-            value
-                .to_str()
-                .map_err(|_| ServerError::UnsupportedProtocolVersion)?,
-        ),
+        Some(value) => Some(value.to_str().map_err(|_| unsupported())?),
     };
-    check_header(value).map_err(|_| ServerError::UnsupportedProtocolVersion)
+    check_header(value).map_err(|_| unsupported())
 }
 
 /// Reads the body up to `limit` bytes within `timeout`: 413 as soon as it is known to be
@@ -214,7 +214,8 @@ pub(crate) async fn post(
     )
     .await?;
     let accept = accept_value(&parts.headers);
-    if let Some(message) = modern_message(&parts.headers, &bytes)? {
+    let eras = config.eras;
+    if let Some(message) = modern_message(&parts.headers, &bytes, eras)? {
         let headers = RequestHeaders {
             protocol_version: header_str(&parts.headers, MCP_PROTOCOL_VERSION),
             method: header_str(&parts.headers, MCP_METHOD),
@@ -228,7 +229,14 @@ pub(crate) async fn post(
         };
         return modern::post(&state, post).await;
     }
-    let version_header = check_protocol_version(&parts.headers);
+    if !eras.serves_legacy() {
+        // A 2026-07-28-only server: what is not a modern request is a legacy client's, which
+        // has no fall-forward, so the answer names the version served (malformed bodies
+        // still get their parse error first).
+        parse_body(&bytes, Batching::Allowed)?;
+        return Err(ServerError::UnsupportedProtocolVersion(eras));
+    }
+    let version_header = check_protocol_version(&parts.headers, eras);
 
     if !parts.headers.contains_key(MCP_SESSION_ID) {
         // Without a session only `initialize` is possible, and it is never batched.
@@ -301,7 +309,18 @@ pub(crate) async fn post(
 /// modern when the body carries the `_meta` envelope, whatever other headers it has, or when
 /// `MCP-Protocol-Version` names the modern version on a POST without a session. A legacy body is not parsed here unless it
 /// mentions an envelope key, so the 2025 path pays nothing for the check.
-fn modern_message(headers: &HeaderMap, bytes: &[u8]) -> Result<Option<Message>, ServerError> {
+///
+/// A server that serves the legacy era alone has no modern requests: every POST takes the
+/// legacy path, which answers a 2026-07-28 header as an unsupported version, as a 2025-only
+/// server does.
+fn modern_message(
+    headers: &HeaderMap,
+    bytes: &[u8],
+    eras: Eras,
+) -> Result<Option<Message>, ServerError> {
+    if !eras.serves_modern() {
+        return Ok(None);
+    }
     let header = header_str(headers, MCP_PROTOCOL_VERSION);
     let has_session = headers.contains_key(MCP_SESSION_ID);
     let modern_header = !has_session && names_modern_version(headers);
@@ -345,9 +364,15 @@ fn names_modern_version(headers: &HeaderMap) -> bool {
 }
 
 /// 405 for a GET or DELETE of the 2026-07-28 era, which has neither: the modern version
-/// header and no session.
-fn refuse_modern_get_or_delete(headers: &HeaderMap) -> Result<(), ServerError> {
-    if names_modern_version(headers) && !headers.contains_key(MCP_SESSION_ID) {
+/// header and no session, or any GET or DELETE on a server that serves that era alone. On a
+/// legacy-only server they take the legacy path (a 2026-07-28 header is unsupported there).
+fn refuse_modern_get_or_delete(headers: &HeaderMap, eras: Eras) -> Result<(), ServerError> {
+    let modern = match eras {
+        Eras::Both => names_modern_version(headers) && !headers.contains_key(MCP_SESSION_ID),
+        Eras::Legacy => false,
+        Eras::Modern => true,
+    };
+    if modern {
         return Err(ServerError::ModernMethodNotAllowed);
     }
     Ok(())
@@ -458,7 +483,8 @@ pub(crate) async fn get(
     let (parts, _body) = request.into_parts();
     check_host_origin(&state, &parts)?;
     let principal = state.principal(&parts)?;
-    refuse_modern_get_or_delete(&parts.headers)?;
+    let eras = state.config.eras;
+    refuse_modern_get_or_delete(&parts.headers, eras)?;
     if !state.config.get_streams {
         return Err(ServerError::GetDisabled);
     }
@@ -468,7 +494,7 @@ pub(crate) async fn get(
             needs: headers::TEXT_EVENT_STREAM,
         });
     }
-    check_protocol_version(&parts.headers)?;
+    check_protocol_version(&parts.headers, eras)?;
     let runtime = session_for_reading(&state, &parts.headers, &principal).await?;
     let Some(last_event_id) = parts.headers.get(headers::LAST_EVENT_ID) else {
         // A fresh GET continues the standalone stream after what earlier connections were
@@ -564,8 +590,9 @@ pub(crate) async fn delete(
     let (parts, _body) = request.into_parts();
     check_host_origin(&state, &parts)?;
     let principal = state.principal(&parts)?;
-    refuse_modern_get_or_delete(&parts.headers)?;
-    check_protocol_version(&parts.headers)?;
+    let eras = state.config.eras;
+    refuse_modern_get_or_delete(&parts.headers, eras)?;
+    check_protocol_version(&parts.headers, eras)?;
     let record = session_record(&state, &parts.headers, &principal).await?;
     let id = match state.home(&record).await? {
         // Its node stops the handler's work for it (and answers for the DELETE).

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 use tether_proto::jsonrpc::{self, ErrorObject, ParseError};
+use tether_proto::version::Eras;
 
 use crate::store::StoreError;
 use crate::store::relay::HandoffAnswer;
@@ -90,10 +91,10 @@ pub enum ServerError {
     /// Unknown, terminated or expired session, or another principal's: 404.
     #[error("session not found")]
     SessionNotFound,
-    /// `MCP-Protocol-Version` names a version tether does not speak: 400 listing the
-    /// supported ones.
+    /// `MCP-Protocol-Version` names a version this server does not serve, or (under
+    /// `Eras::Modern`) a legacy request arrived: 400 listing the versions the eras serve.
     #[error("unsupported MCP-Protocol-Version")]
-    UnsupportedProtocolVersion,
+    UnsupportedProtocolVersion(Eras),
     /// `Accept` excludes every answer the server could give: 406.
     #[error("Accept must allow {needs}")]
     NotAcceptable {
@@ -184,7 +185,7 @@ impl ServerError {
             | Self::BodyUnreadable
             | Self::MissingSessionId
             | Self::MalformedSessionId
-            | Self::UnsupportedProtocolVersion
+            | Self::UnsupportedProtocolVersion(_)
             | Self::ResumeRefused(_) => StatusCode::BAD_REQUEST,
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
@@ -212,9 +213,9 @@ impl ServerError {
         let object = match self {
             // The parser classified it: -32700 for invalid JSON, -32600 otherwise.
             Self::InvalidBody(error) => ErrorObject::new(error.code(), error.to_string()),
-            Self::UnsupportedProtocolVersion => {
+            Self::UnsupportedProtocolVersion(eras) => {
                 ErrorObject::new(jsonrpc::INVALID_REQUEST, self.to_string())
-                    .with_data(tether_proto::modern::unsupported_version_data(None))
+                    .with_data(tether_proto::modern::unsupported_version_data(*eras, None))
             }
             Self::Modern(refusal) => refusal.error.clone(),
             Self::ResumeRefused(reason) => ErrorObject::new(RESUME_REFUSED, self.to_string())
@@ -330,7 +331,11 @@ mod tests {
         let cases = [
             (ServerError::MissingSessionId, 400, Some(-32600)),
             (ServerError::SessionNotFound, 404, Some(-32600)),
-            (ServerError::UnsupportedProtocolVersion, 400, Some(-32600)),
+            (
+                ServerError::UnsupportedProtocolVersion(Eras::Both),
+                400,
+                Some(-32600),
+            ),
             (ServerError::NotAcceptable { needs: "x" }, 406, Some(-32600)),
             (ServerError::UnsupportedMediaType, 415, Some(-32600)),
             (ServerError::ForbiddenOrigin, 403, Some(-32600)),
@@ -353,15 +358,22 @@ mod tests {
 
     #[test]
     fn unsupported_version_lists_the_supported_ones() {
-        let data = ServerError::UnsupportedProtocolVersion
-            .error_object()
-            .unwrap()
-            .data
-            .unwrap();
+        let data = |eras| {
+            ServerError::UnsupportedProtocolVersion(eras)
+                .error_object()
+                .unwrap()
+                .data
+                .unwrap()
+        };
         assert_eq!(
-            data,
+            data(Eras::Both),
             json!({"supported": ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]})
         );
+        assert_eq!(
+            data(Eras::Legacy),
+            json!({"supported": ["2025-03-26", "2025-06-18", "2025-11-25"]})
+        );
+        assert_eq!(data(Eras::Modern), json!({"supported": ["2026-07-28"]}));
     }
 
     #[test]

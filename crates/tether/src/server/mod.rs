@@ -67,7 +67,7 @@ pub use config::{
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_TASKS_PER_PRINCIPAL, DEFAULT_PATH, DEFAULT_REQUEST_STATE_TTL, DEFAULT_RETRY,
     DEFAULT_SESSION_IDLE, DEFAULT_TASK_EVENTS_RETENTION, DEFAULT_TASK_MAX_EVENT_BYTES,
-    DEFAULT_TASK_POLL_INTERVAL, DEFAULT_TASK_TTL, HEALTHZ_PATH, METRICS_PATH, ServerConfig,
+    DEFAULT_TASK_POLL_INTERVAL, DEFAULT_TASK_TTL, Eras, HEALTHZ_PATH, METRICS_PATH, ServerConfig,
 };
 pub use context::{ContextError, RequestContext, SessionContext};
 pub use dispatch::CANCEL_GRACE;
@@ -112,6 +112,8 @@ pub struct ServerBuilder {
     config: ServerConfig,
     /// Set by [`ServerBuilder::node_id`]; wins over the config's, whichever came first.
     node_id: Option<String>,
+    /// Set by [`ServerBuilder::eras`]; wins over the config's, whichever came first.
+    eras: Option<Eras>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -153,6 +155,14 @@ impl ServerBuilder {
         self
     }
 
+    /// Which protocol eras the endpoint serves (default: the config's
+    /// [`eras`](ServerConfig::eras), [`Eras::Both`] unless set; docs/CONTRACTS.md#eras). It
+    /// wins over the config's, whether [`config`](Self::config) is called before or after.
+    pub fn eras(mut self, eras: Eras) -> Self {
+        self.eras = Some(eras);
+        self
+    }
+
     /// The server, with its background work started: the idle-session sweeper, the stores'
     /// own tasks, the relay inbox, and the answers to requests an earlier process left
     /// unanswered in a durable store (each gets a JSON-RPC error, see [`OrphanReport`]), all
@@ -168,6 +178,9 @@ impl ServerBuilder {
             .unwrap_or_else(|| Stores::memory(StoreLimits::default()));
         let store_tasks = stores.start.take();
         let mut config = self.config;
+        if let Some(eras) = self.eras {
+            config.eras = eras;
+        }
         if let Some(node_id) = self.node_id {
             config.node_id = node_id;
         }
@@ -235,6 +248,7 @@ impl Server {
             authenticator: None,
             config: ServerConfig::default(),
             node_id: None,
+            eras: None,
         }
     }
 

@@ -38,7 +38,7 @@ use tether_proto::modern::{
     MISSING_REQUIRED_CLIENT_CAPABILITY, REMOVED_METHODS, RESULT_COMPLETE, RESULT_INPUT_REQUIRED,
     RequestHeaders, TASKS_EXTENSION, UNSUPPORTED_PROTOCOL_VERSION, check_request, complete_result,
 };
-use tether_proto::version::ProtocolVersion;
+use tether_proto::version::{Eras, ProtocolVersion};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -96,7 +96,7 @@ pub(crate) async fn post(
                 &method,
                 Some(request.id.clone()),
                 StatusCode::BAD_REQUEST,
-                refusal.error_object(),
+                refusal.error_object(state.config.eras),
             )
         })?;
     if REMOVED_METHODS.contains(&method.as_str()) {
@@ -105,7 +105,7 @@ pub(crate) async fn post(
             &method,
             Some(request.id.clone()),
             StatusCode::NOT_FOUND,
-            removed_method(&method),
+            removed_method(&method, state.config.eras),
         ));
     }
     let info = state
@@ -126,7 +126,10 @@ pub(crate) async fn post(
         DISCOVER => {
             state.metrics.modern_request(&method, ModernOutcome::Result);
             let offers_tasks = state.handler.offers_tasks();
-            let response = RpcResponse::success(request.id, discover_result(&info, offers_tasks));
+            let response = RpcResponse::success(
+                request.id,
+                discover_result(&info, offers_tasks, state.config.eras),
+            );
             Ok(json_response(response.to_vec(), None))
         }
         LISTEN => listen(state, post.principal, request, &envelope, &info).await,
@@ -180,10 +183,10 @@ fn refused(
 
 /// -32601 for a method the modern era removed; `initialize` also names every version served
 /// ("legacy clients have no fall-forward mechanism").
-fn removed_method(method: &str) -> ErrorObject {
+fn removed_method(method: &str, eras: Eras) -> ErrorObject {
     let error = ErrorObject::method_not_found(method);
     if method == tether_proto::jsonrpc::INITIALIZE {
-        error.with_data(tether_proto::modern::unsupported_version_data(None))
+        error.with_data(tether_proto::modern::unsupported_version_data(eras, None))
     } else {
         error
     }
@@ -217,11 +220,8 @@ fn modern_capabilities(info: &ServerInfo, offers_tasks: bool) -> Value {
 
 /// The `server/discover` result. The identity and capabilities do not depend on the caller,
 /// so it is `public`; `ttlMs` 0, since a handler's capabilities can change with a restart.
-fn discover_result(info: &ServerInfo, offers_tasks: bool) -> Value {
-    let supported: Vec<&str> = ProtocolVersion::SUPPORTED
-        .iter()
-        .map(|v| v.as_str())
-        .collect();
+fn discover_result(info: &ServerInfo, offers_tasks: bool, eras: Eras) -> Value {
+    let supported = eras.version_strings();
     let mut result = json!({
         "resultType": RESULT_COMPLETE,
         "supportedVersions": supported,
@@ -560,7 +560,17 @@ async fn task_stream(
     let reader =
         tasks::TaskEventReader::new(Arc::clone(state), events, request.id, server_identity(info));
     let (keepalive, shutdown) = (state.config.keepalive, state.shutdown.clone());
-    let body = futures_util::stream::unfold(reader, move |mut reader| {
+    // Like every modern event stream, it opens with the server's `retry`: a reader that is
+    // cut comes back after it, with `after` (docs/CONTRACTS.md#task-streams).
+    let retry_ms = u64::try_from(state.config.retry.as_millis()).unwrap_or(u64::MAX);
+    let advice = tether_sse::EventFrame::new()
+        .retry(retry_ms)
+        .encode()
+        .expect("a retry field has no line breaks");
+    let advice = futures_util::stream::once(std::future::ready(Ok::<_, std::convert::Infallible>(
+        advice,
+    )));
+    let events = futures_util::stream::unfold(reader, move |mut reader| {
         let shutdown = shutdown.clone();
         async move {
             let chunk = tokio::select! {
@@ -584,6 +594,7 @@ async fn task_stream(
             Some((Ok::<_, std::convert::Infallible>(chunk), reader))
         }
     });
+    let body = futures_util::StreamExt::chain(advice, events);
     Ok(event_stream_response(axum::body::Body::from_stream(body)))
 }
 
@@ -678,7 +689,7 @@ mod tests {
 
     #[test]
     fn discover_names_every_version_and_identifies_in_meta() {
-        let result = discover_result(&info(), true);
+        let result = discover_result(&info(), true, Eras::Both);
         assert_eq!(result["resultType"], "complete");
         assert_eq!(
             result["supportedVersions"],
@@ -695,7 +706,9 @@ mod tests {
         assert!(result.get("serverInfo").is_none());
         assert_eq!(result["ttlMs"], 0);
         assert_eq!(result["cacheScope"], "public");
-        let without = discover_result(&info(), false);
+        let modern_only = discover_result(&info(), true, Eras::Modern);
+        assert_eq!(modern_only["supportedVersions"], json!(["2026-07-28"]));
+        let without = discover_result(&info(), false, Eras::Both);
         assert_eq!(
             without["capabilities"],
             json!({"tools": {"listChanged": true}}),
@@ -713,7 +726,7 @@ mod tests {
         );
         assert_eq!(status(-32602), StatusCode::OK);
         assert_eq!(
-            removed_method("initialize").data.unwrap()["supported"][3],
+            removed_method("initialize", Eras::Both).data.unwrap()["supported"][3],
             "2026-07-28"
         );
     }

@@ -412,20 +412,36 @@ pub(crate) const EVENT_NOTIFICATION: &str = "notifications/tasks/event";
 /// SEP-2694's error for a cursor that retained events cannot cover.
 pub(crate) const EVENTS_GONE: i64 = -32010;
 
-/// `_meta` key naming the task a message belongs to.
-const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
-
 /// Events read from the task's stream per store read.
 const STREAM_BATCH: usize = 256;
 
-/// The event type of a carried message: `dev.tether.progress` for `notifications/progress`,
-/// `dev.tether.log` for `notifications/message`, `dev.tether.message` for anything else the
-/// handler emitted. The payload is always the whole JSON-RPC message, as the handler sent it.
-fn event_type(message: &Value) -> &'static str {
-    match message.get("method").and_then(Value::as_str) {
-        Some("notifications/progress") => "dev.tether.progress",
-        Some("notifications/message") => "dev.tether.log",
-        _ => "dev.tether.message",
+/// The vendor event types of what a task's handler emits (docs/CONTRACTS.md#task-streams).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EventType {
+    /// `dev.tether.progress`: a `notifications/progress`; the payload is its `params`.
+    Progress,
+    /// `dev.tether.log`: a `notifications/message`; the payload is its `params`.
+    Log,
+    /// `dev.tether.message`: any other notification, whole.
+    Other,
+}
+
+impl EventType {
+    const fn as_str(self) -> &'static str {
+        match self {
+            Self::Progress => "dev.tether.progress",
+            Self::Log => "dev.tether.log",
+            Self::Other => "dev.tether.message",
+        }
+    }
+}
+
+/// The event type of a carried notification, by its method.
+fn event_type(method: &str) -> EventType {
+    match method {
+        "notifications/progress" => EventType::Progress,
+        "notifications/message" => EventType::Log,
+        _ => EventType::Other,
     }
 }
 
@@ -688,21 +704,30 @@ impl TaskEventReader {
 /// The `notifications/tasks/event` carrying `event` of task `id`, serialized; `None` for the
 /// priming event and for a response (the restart error an orphan sweep stored: the outcome is
 /// `tasks/get`'s to tell, not the stream's).
+///
+/// Compact (docs/CONTRACTS.md#task-streams): no `_meta` (the related task is `taskId`
+/// already), and a progress or log event's payload is its notification's `params` alone, since
+/// the type names the method; any other notification travels whole.
 fn carried(id: TaskId, event: &crate::store::StoredEvent) -> Option<Vec<u8>> {
     if event.is_priming() {
         return None;
     }
-    let message = serde_json::from_slice::<Value>(event.message()).ok()?;
-    message.get("method")?;
+    let mut message = serde_json::from_slice::<Value>(event.message()).ok()?;
+    let kind = event_type(message.get("method")?.as_str()?);
+    let payload = match kind {
+        EventType::Progress | EventType::Log => message
+            .get_mut("params")
+            .map_or_else(|| json!({}), Value::take),
+        EventType::Other => message,
+    };
     let notification = json!({
         "jsonrpc": "2.0",
         "method": EVENT_NOTIFICATION,
         "params": {
             "seq": event.id.seq - 1,
             "taskId": id,
-            "type": event_type(&message),
-            "payload": message,
-            "_meta": {RELATED_TASK: {"taskId": id}},
+            "type": kind.as_str(),
+            "payload": payload,
         },
     });
     Some(serde_json::to_vec(&notification).expect("JSON"))
