@@ -50,6 +50,7 @@ mod events;
 mod handler;
 mod modern;
 mod resume;
+mod retry;
 mod session;
 mod stream;
 mod task_handle;

@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tether_proto::headers::ResponseKind;
@@ -44,6 +44,7 @@ use tether_proto::version::ProtocolVersion;
 use tether_sse::{Decoder, Item};
 use tokio::sync::mpsc;
 
+use super::retry::Attempts;
 use super::session::{Inner, read_body, response_kind};
 use super::stream::Delivery;
 use super::{ClientEvent, Error, ProtocolChoice};
@@ -79,8 +80,31 @@ pub(super) enum Outcome {
     /// may be sent again, after `retry_after` when the server said so.
     Busy {
         error: Error,
+        status: u16,
         retry_after: Option<Duration>,
     },
+}
+
+/// What an answer carried besides its outcome, for the [`Attempts`] that sent it.
+#[derive(Debug, Default)]
+pub(super) struct Carried {
+    /// The server's `retry`, if the event stream gave one.
+    pub(super) retry: Option<Duration>,
+    /// Messages handed on before the response.
+    pub(super) messages: u64,
+}
+
+impl Carried {
+    /// Tells `attempts` what arrived: the `retry` to wait after a loss, and whether the
+    /// answer made progress.
+    pub(super) fn report(&self, attempts: &mut Attempts) {
+        if let Some(retry) = self.retry {
+            attempts.retry(retry);
+        }
+        if self.messages > 0 {
+            attempts.delivered(None);
+        }
+    }
 }
 
 impl Inner {
@@ -143,16 +167,16 @@ impl Inner {
     /// `server/discover`: its result, or `None` when the server answers as one that does not
     /// serve 2026-07-28. Network failures are retried within the reconnect budget.
     async fn discover(self: &Arc<Self>) -> Result<Option<Value>, Error> {
-        let started = Instant::now();
-        let mut failures = 0;
+        let mut attempts = self.attempts();
         let mut version_retried = false;
         loop {
+            attempts.next().await?;
             let id = self.next_request_id();
             let body = self.modern_body(&id, DISCOVER, None, &Map::new(), None);
             let response = match self.transport.post_modern(body, DISCOVER, None, &[]).await {
                 Ok(response) => response,
                 Err(error @ (Error::Network(_) | Error::Timeout)) => {
-                    self.back_off(&mut failures, started, error, None).await?;
+                    attempts.lost(error);
                     continue;
                 }
                 Err(error) => return Err(error),
@@ -165,13 +189,19 @@ impl Inner {
             // expected before the response: one makes the answer a refusal (nothing reads it).
             let (ignored, _) = mpsc::channel(1);
             let answer = match self.read_answer(response, &id, &ignored).await {
-                Ok(Outcome::Answered(answer)) => *answer,
+                Ok((Outcome::Answered(answer), _)) => *answer,
                 // An answer that began but never gave the response (an event stream that
                 // ended or went silent): not a 2026-07-28 server's.
-                Ok(Outcome::Lost(_)) => return Ok(None),
-                Ok(Outcome::Busy { error, retry_after }) => {
-                    self.back_off(&mut failures, started, error, retry_after)
-                        .await?;
+                Ok((Outcome::Lost(_), _)) => return Ok(None),
+                Ok((
+                    Outcome::Busy {
+                        error,
+                        status,
+                        retry_after,
+                    },
+                    _,
+                )) => {
+                    attempts.refused(error, status, retry_after);
                     continue;
                 }
                 Err(Error::Unauthorized) => return Err(Error::Unauthorized),
@@ -187,42 +217,19 @@ impl Inner {
                 RpcResponse::Error(error)
                     if !version_retried && refuses_a_version_it_serves(&error.error) =>
                 {
+                    // Sent once more at once: a refusal is not a failure to reach the server.
                     version_retried = true;
+                    attempts = self.attempts();
                 }
                 _ => return Ok(None),
             }
         }
     }
 
-    /// Waits the reconnect backoff after one more failure, or gives up with `error` (or the
-    /// exhausted budget) when the budget is spent.
-    pub(super) async fn back_off(
-        &self,
-        failures: &mut u32,
-        started: Instant,
-        error: Error,
-        retry_after: Option<Duration>,
-    ) -> Result<(), Error> {
-        let reconnect = &self.config.reconnect;
-        if !reconnect.budget.allows(*failures, started.elapsed()) {
-            return Err(if *failures == 0 {
-                error
-            } else {
-                Error::BudgetExhausted {
-                    attempts: *failures,
-                    elapsed: started.elapsed(),
-                }
-            });
-        }
-        let delay = {
-            let mut rng = crate::lock(&self.rng);
-            reconnect
-                .backoff
-                .delay(*failures + 1, None, retry_after, &mut *rng)
-        };
-        *failures += 1;
-        tokio::time::sleep(delay).await;
-        Ok(())
+    /// The [`Attempts`] of a request sent now: the reconnect configuration, and the server's
+    /// last `retry` to wait where an answer carries none.
+    pub(super) fn attempts(&self) -> Attempts {
+        Attempts::request(self.config.reconnect, *crate::lock(&self.server_retry))
     }
 
     pub(super) fn next_request_id(&self) -> RequestId {
@@ -355,33 +362,52 @@ impl Inner {
 
     async fn listen_until_refused(&self, filter: &Value, tx: &mpsc::Sender<Delivery>) -> Error {
         let params = json!({ "notifications": filter });
-        let mut started = Instant::now();
-        let mut failures = 0;
+        let mut attempts = self.attempts();
+        let mut opened_before = false;
         loop {
-            let mut busy = None;
+            if let Err(error) = attempts.next().await {
+                return error;
+            }
+            if opened_before {
+                self.emit(ClientEvent::Reconnecting {
+                    request_id: None,
+                    last_event_id: None,
+                    failures: attempts.failures(),
+                });
+            }
+            opened_before = true;
             let id = self.next_request_id();
             let body = self.modern_body(&id, LISTEN, Some(&params), &Map::new(), None);
             let lost = match self.transport.post_modern(body, LISTEN, None, &[]).await {
                 Ok(response) => {
                     if response.status().as_u16() == 200 {
-                        failures = 0;
-                        started = Instant::now();
+                        attempts.connected();
                         self.emit(ClientEvent::Connected { request_id: None });
                     }
-                    match self.read_answer(response, &id, tx).await {
-                        Ok(Outcome::Answered(answer)) => match *answer {
-                            RpcResponse::Error(error) => {
-                                return Error::Protocol(format!(
-                                    "{LISTEN} refused: {} {}",
-                                    error.error.code, error.error.message
-                                ));
+                    let read = self.read_answer(response, &id, tx).await;
+                    match read {
+                        Ok((outcome, carried)) => {
+                            carried.report(&mut attempts);
+                            match outcome {
+                                Outcome::Answered(answer) => match *answer {
+                                    RpcResponse::Error(error) => {
+                                        return Error::Protocol(format!(
+                                            "{LISTEN} refused: {} {}",
+                                            error.error.code, error.error.message
+                                        ));
+                                    }
+                                    RpcResponse::Result(_) => Error::Closed,
+                                },
+                                Outcome::Lost(error) => error,
+                                Outcome::Busy {
+                                    error,
+                                    status,
+                                    retry_after,
+                                } => {
+                                    attempts.refused(error, status, retry_after);
+                                    continue;
+                                }
                             }
-                            RpcResponse::Result(_) => Error::Closed,
-                        },
-                        Ok(Outcome::Lost(error)) => error,
-                        Ok(Outcome::Busy { error, retry_after }) => {
-                            busy = retry_after;
-                            error
                         }
                         Err(error) => return error,
                     }
@@ -390,14 +416,7 @@ impl Inner {
                 Err(error) => return error,
             };
             tracing::debug!(%lost, "the listen stream ended; opening it again");
-            self.emit(ClientEvent::Reconnecting {
-                request_id: None,
-                last_event_id: None,
-                failures,
-            });
-            if let Err(error) = self.back_off(&mut failures, started, lost, busy).await {
-                return error;
-            }
+            attempts.lost(lost);
         }
     }
 
@@ -460,9 +479,9 @@ impl Inner {
         state: Option<&Value>,
         tx: &mpsc::Sender<Delivery>,
     ) -> Result<RpcResponse, Error> {
-        let started = Instant::now();
-        let mut failures = 0;
+        let mut attempts = self.attempts();
         loop {
+            attempts.next().await?;
             let id = self.next_request_id();
             let body = self.modern_body(&id, method, params, answers, state);
             let posted = self
@@ -470,16 +489,24 @@ impl Inner {
                 .post_modern(body, method, headers.name.as_deref(), &headers.params)
                 .await;
             let lost = match posted {
-                Ok(response) => match self.read_answer(response, &id, tx).await? {
-                    Outcome::Answered(response) => return Ok(*response),
-                    Outcome::Lost(error) => error,
-                    // Refused without acting on it: any request may be sent again.
-                    Outcome::Busy { error, retry_after } => {
-                        self.back_off(&mut failures, started, error, retry_after)
-                            .await?;
-                        continue;
+                Ok(response) => {
+                    attempts.connected();
+                    let (outcome, carried) = self.read_answer(response, &id, tx).await?;
+                    carried.report(&mut attempts);
+                    match outcome {
+                        Outcome::Answered(response) => return Ok(*response),
+                        Outcome::Lost(error) => error,
+                        // Refused without acting on it: any request may be sent again.
+                        Outcome::Busy {
+                            error,
+                            status,
+                            retry_after,
+                        } => {
+                            attempts.refused(error, status, retry_after);
+                            continue;
+                        }
                     }
-                },
+                }
                 Err(error @ (Error::Network(_) | Error::Timeout)) => error,
                 Err(error) => return Err(error),
             };
@@ -489,7 +516,7 @@ impl Inner {
                     method: method.to_owned(),
                 });
             }
-            self.back_off(&mut failures, started, lost, None).await?;
+            attempts.lost(lost);
         }
     }
 
@@ -498,14 +525,30 @@ impl Inner {
     /// error.
     pub(super) async fn read_answer(
         &self,
+        response: reqwest::Response,
+        id: &RequestId,
+        tx: &mpsc::Sender<Delivery>,
+    ) -> Result<(Outcome, Carried), Error> {
+        let mut carried = Carried::default();
+        let outcome = self.read_answer_into(response, id, tx, &mut carried).await;
+        if let Some(retry) = carried.retry {
+            *crate::lock(&self.server_retry) = Some(retry);
+        }
+        Ok((outcome?, carried))
+    }
+
+    async fn read_answer_into(
+        &self,
         mut response: reqwest::Response,
         id: &RequestId,
         tx: &mpsc::Sender<Delivery>,
+        carried: &mut Carried,
     ) -> Result<Outcome, Error> {
         let status = response.status().as_u16();
         if matches!(status, 429 | 503) {
             let failed = super::transport::Failed::read(response).await;
             return Ok(Outcome::Busy {
+                status,
                 retry_after: failed.retry_after,
                 error: failed.into_error(),
             });
@@ -555,7 +598,14 @@ impl Inner {
                     .next_item()
                     .map_err(|error| Error::Protocol(format!("SSE: {error}")))?;
                 let Some(item) = item else { break };
-                let Item::Event(event) = item else { continue };
+                let event = match item {
+                    Item::Event(event) => event,
+                    Item::Retry(ms) => {
+                        carried.retry = Some(Duration::from_millis(ms));
+                        continue;
+                    }
+                    Item::Comment(_) | Item::LastEventId(_) => continue,
+                };
                 if event.data().is_empty() {
                     continue;
                 }
@@ -577,6 +627,7 @@ impl Inner {
                         if tx.send(delivery).await.is_err() {
                             return Err(Error::Closed);
                         }
+                        carried.messages += 1;
                     }
                 }
             }

@@ -5,12 +5,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::Response;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
-use tether_proto::backoff::SplitMix64;
 use tether_proto::headers::{MCP_SESSION_ID, ResponseKind, TETHER_NODE};
 use tether_proto::jsonrpc::{
     Batching, INITIALIZE, Message, Notification, Request, RequestId, Response as RpcResponse,
@@ -22,6 +21,7 @@ use tether_sse::{Decoder, Item};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use super::retry::Attempts;
 use super::tls::http_client;
 use super::transport::{Failed, Transport};
 use super::{ClientConfig, ClientEvent, Error, transport};
@@ -43,7 +43,6 @@ pub(crate) struct Inner {
     /// the session once.
     pub(super) reinit: tokio::sync::Mutex<()>,
     pub(super) server_result: Mutex<Value>,
-    pub(super) rng: Mutex<SplitMix64>,
     pub(super) standalone_open: AtomicBool,
     /// The client speaks the 2026-07-28 era (stateless requests, no session).
     pub(super) modern: AtomicBool,
@@ -53,6 +52,9 @@ pub(crate) struct Inner {
     /// The modern requests running, by the id their caller knows, each with the token that
     /// cancels it.
     pub(super) modern_running: Mutex<HashMap<RequestId, CancellationToken>>,
+    /// The last `retry` the server sent on a 2026-07-28 answer: what a request sent again
+    /// waits when its own answer (JSON, or cut before its `retry`) carried none.
+    pub(super) server_retry: Mutex<Option<Duration>>,
     pub(super) shutdown: CancellationToken,
 }
 
@@ -100,7 +102,6 @@ impl Inner {
             config.auth.clone(),
             config.request_timeout,
         );
-        let rng = SplitMix64::from_os_entropy().unwrap_or_else(|_| SplitMix64::new(0x7e7e));
         Ok(Arc::new(Self {
             transport,
             config,
@@ -108,11 +109,11 @@ impl Inner {
             events: broadcast::channel(EVENT_CAPACITY).0,
             reinit: tokio::sync::Mutex::new(()),
             server_result: Mutex::new(Value::Null),
-            rng: Mutex::new(rng),
             standalone_open: AtomicBool::new(false),
             modern: AtomicBool::new(false),
             tool_headers: Mutex::new(HashMap::new()),
             modern_running: Mutex::new(HashMap::new()),
+            server_retry: Mutex::new(None),
             shutdown: CancellationToken::new(),
         }))
     }
@@ -130,12 +131,10 @@ impl Inner {
         self: &Arc<Self>,
         body: Vec<u8>,
     ) -> Result<(Response, transport::Session), Error> {
-        let backoff = self.config.reconnect.backoff;
-        let budget = self.config.reconnect.budget;
-        let start = Instant::now();
-        let mut failures = 0u32;
+        let mut attempts = Attempts::request(self.config.reconnect, None);
         let mut resent = false;
         loop {
+            attempts.next().await?;
             let (response, session) = self.transport.post(body.clone()).await?;
             if response.status().is_success() {
                 return Ok((response, session));
@@ -145,20 +144,12 @@ impl Inner {
                 404 if session.initialized && !resent => {
                     resent = true;
                     self.reinitialize(session.generation).await?;
+                    // Sent again at once, on the new session.
+                    attempts = Attempts::request(self.config.reconnect, None);
                 }
-                429 | 503 => {
-                    failures = failures.saturating_add(1);
-                    let wait = {
-                        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-                        backoff.delay(failures, None, failed.retry_after, &mut *rng)
-                    };
-                    if !budget.allows(failures, start.elapsed() + wait) {
-                        return Err(Error::BudgetExhausted {
-                            attempts: failures,
-                            elapsed: start.elapsed(),
-                        });
-                    }
-                    tokio::time::sleep(wait).await;
+                status @ (429 | 503) => {
+                    let retry_after = failed.retry_after;
+                    attempts.refused(failed.into_error(), status, retry_after);
                 }
                 _ => return Err(failed.into_error()),
             }

@@ -28,7 +28,6 @@ use std::time::Instant;
 use reqwest::Response;
 use reqwest::header::CONTENT_TYPE;
 use serde::{Deserialize, Serialize};
-use tether_proto::backoff::SplitMix64;
 use tether_proto::jsonrpc::{Message, RequestId, Response as RpcResponse};
 use tether_proto::reconnect::{
     Action, Event as MachineEvent, Failure, GiveUpReason, Reconnect, StreamKind,
@@ -39,6 +38,7 @@ use tokio::sync::mpsc;
 
 use super::error::Error;
 use super::handler::answer_server_request;
+use super::retry::rng;
 use super::{Client, Inner, TokenCallback};
 
 /// What the stream task hands to the application's end, in stream order.
@@ -326,16 +326,6 @@ pub(crate) struct Driver {
     got_final: bool,
     /// The request of a POST stream that may be sent again ([`resending`](Self::resending)).
     resend: Option<Vec<u8>>,
-}
-
-fn rng() -> SplitMix64 {
-    SplitMix64::from_os_entropy().unwrap_or_else(|_| {
-        // Jitter only spreads reconnects; a clock-derived seed is good enough for that.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        SplitMix64::new(u64::from(nanos))
-    })
 }
 
 impl Driver {

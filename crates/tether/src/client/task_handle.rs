@@ -169,7 +169,7 @@ impl TaskHandle {
         let record = self
             .client
             .inner
-            .await_task(&self.task_id, self.poll)
+            .await_task(&self.task_id, self.poll, None)
             .await?;
         Ok(outcome(&record, self.request_id.clone()))
     }
@@ -192,10 +192,10 @@ impl TaskHandle {
         }
         let (tx, rx) = mpsc::channel(inner.config.stream_buffer.max(1));
         let reading = Arc::clone(inner);
-        let (task, after) = (self.task_id.clone(), self.after);
+        let (task, after, poll) = (self.task_id.clone(), self.after, self.poll);
         tokio::spawn(async move {
             let read = tokio::select! {
-                read = reading.stream_task_events(&task, after, &tx) => read,
+                read = reading.stream_task_events(&task, after, poll, &tx) => read,
                 () = reading.shutdown.cancelled() => Err(Error::Closed),
                 () = tx.closed() => return,
             };

@@ -22,14 +22,17 @@
 //! way after the token's seq, in a new process, without sending `tools/call` again.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tether_proto::jsonrpc::{ErrorObject, Message, RequestId, Response as RpcResponse};
+use tether_proto::jsonrpc::{
+    ErrorObject, Message, Notification, RequestId, Response as RpcResponse,
+};
 use tether_proto::modern::{TASKS_EXTENSION, name_header};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
-use super::modern::Outcome;
+use super::modern::{Carried, Outcome};
+use super::retry::Attempts;
 use super::session::Inner;
 use super::stream::Delivery;
 use super::{Error, MessageStream};
@@ -70,14 +73,19 @@ impl Inner {
             return Err(Error::Closed);
         }
         let (_, streams) = self.offers_tasks();
+        // The events end once the outcome is recorded (the server completes a task's stream
+        // after it): asking for it then, not a poll interval later.
+        let ended = Notify::new();
         let events = async {
             if streams {
-                self.stream_task_events(task, after, tx).await
+                let read = self.stream_task_events(task, after, poll, tx).await;
+                ended.notify_one();
+                read
             } else {
                 Ok(())
             }
         };
-        let (record, ()) = tokio::try_join!(self.await_task(task, poll), events)?;
+        let (record, ()) = tokio::try_join!(self.await_task(task, poll, Some(&ended)), events)?;
         Ok(outcome(&record, RequestId::from(0_u64)))
     }
 
@@ -107,11 +115,12 @@ impl Inner {
     }
 
     /// Polls `tasks/get` until the task is terminal, answering its questions; its last
-    /// `DetailedTask`.
+    /// `DetailedTask`. A notice on `wake` asks again at once.
     pub(super) async fn await_task(
         self: &Arc<Self>,
         task: &str,
         poll: Option<Duration>,
+        wake: Option<&Notify>,
     ) -> Result<Value, Error> {
         let mut poll = poll.unwrap_or(DEFAULT_POLL);
         let mut answered: Map<String, Value> = Map::new();
@@ -149,22 +158,40 @@ impl Inner {
                 }
                 _ => {}
             }
-            tokio::time::sleep(poll.clamp(MIN_POLL, MAX_POLL)).await;
+            let pause = tokio::time::sleep(poll.clamp(MIN_POLL, MAX_POLL));
+            match wake {
+                Some(wake) => tokio::select! {
+                    () = pause => {}
+                    () = wake.notified() => {}
+                },
+                None => pause.await,
+            }
         }
     }
 
     /// Reads task `task`'s events with `tasks/stream` after `after` until the stream answers,
-    /// asking again after each cut (module docs).
+    /// asking again after each cut (module docs), after the server's `retry`, else `poll`.
     pub(super) async fn stream_task_events(
         self: &Arc<Self>,
         task: &str,
         after: Option<u64>,
+        poll: Option<Duration>,
         tx: &mpsc::Sender<Delivery>,
     ) -> Result<(), Error> {
         let mut last = after;
-        let mut started = Instant::now();
-        let mut failures = 0;
+        let fallback = crate::lock(&self.server_retry).or(poll);
+        let mut attempts = Attempts::task_stream(self.config.reconnect, after, fallback);
+        let mut first = true;
         loop {
+            attempts.next().await?;
+            if !first {
+                self.emit(super::ClientEvent::Reconnecting {
+                    request_id: None,
+                    last_event_id: last.map(|seq| seq.to_string()),
+                    failures: attempts.failures(),
+                });
+            }
+            first = false;
             let mut params = json!({"taskId": task});
             if let Some(last) = last {
                 params["after"] = json!(last);
@@ -178,19 +205,25 @@ impl Inner {
                 .await;
             let lost = match posted {
                 Ok(response) => {
+                    attempts.connected();
                     let before = last;
                     let read = self.read_task_events(response, &id, &mut last, tx).await?;
-                    if last != before {
-                        // Events arrived: the budget is for reaching the server, not the task.
-                        failures = 0;
-                        started = Instant::now();
+                    let (outcome, carried) = read;
+                    if let Some(retry) = carried.retry {
+                        attempts.retry(retry);
                     }
-                    match read {
+                    if last != before {
+                        attempts.delivered(last);
+                    }
+                    match outcome {
                         Outcome::Answered(answer) => return answered(task, *answer),
                         Outcome::Lost(error) => error,
-                        Outcome::Busy { error, retry_after } => {
-                            self.back_off(&mut failures, started, error, retry_after)
-                                .await?;
+                        Outcome::Busy {
+                            error,
+                            status,
+                            retry_after,
+                        } => {
+                            attempts.refused(error, status, retry_after);
                             continue;
                         }
                     }
@@ -199,24 +232,19 @@ impl Inner {
                 Err(error) => return Err(error),
             };
             tracing::debug!(%lost, task, "a task stream was cut; reading again after {last:?}");
-            self.emit(super::ClientEvent::Reconnecting {
-                request_id: None,
-                last_event_id: last.map(|seq| seq.to_string()),
-                failures,
-            });
-            self.back_off(&mut failures, started, lost, None).await?;
+            attempts.lost(lost);
         }
     }
 
     /// One `tasks/stream` answer: each event past `last` delivered under its seq, `last`
-    /// moved with it; how the answer ended.
+    /// moved with it; how the answer ended, and what it carried.
     async fn read_task_events(
         &self,
         response: reqwest::Response,
         id: &RequestId,
         last: &mut Option<u64>,
         tx: &mpsc::Sender<Delivery>,
-    ) -> Result<Outcome, Error> {
+    ) -> Result<(Outcome, Carried), Error> {
         let (raw, mut raw_rx) = mpsc::channel(READ_AHEAD);
         let reading = self.read_answer(response, id, &raw);
         tokio::pin!(reading);
@@ -259,14 +287,35 @@ async fn deliver_event(
     if last.is_some_and(|last| seq <= last) {
         return Ok(());
     }
-    let message = Message::from_value(params["payload"].clone())
-        .map_err(|error| Error::Protocol(format!("a task event's payload: {error}")))?;
+    let message = carried_message(&params)?;
     *last = Some(seq);
     let delivery = Delivery::Message {
         message,
         event_id: Some(seq.to_string()),
     };
     tx.send(delivery).await.map_err(|_| Error::Closed)
+}
+
+/// The JSON-RPC message a task event carries: its payload whole, or, for tether's compact
+/// progress and log events (docs/CONTRACTS.md#task-streams), the notification whose `params`
+/// the payload is.
+fn carried_message(params: &Value) -> Result<Message, Error> {
+    let payload = &params["payload"];
+    let method = match params["type"].as_str() {
+        // A whole message (every other type, and what earlier servers sent for all).
+        _ if payload.get("jsonrpc").is_some() => None,
+        Some("dev.tether.progress") => Some("notifications/progress"),
+        Some("dev.tether.log") => Some("notifications/message"),
+        _ => None,
+    };
+    match method {
+        Some(method) if payload.is_object() => Ok(Message::Notification(Notification::new(
+            method,
+            Some(payload.clone()),
+        ))),
+        _ => Message::from_value(payload.clone())
+            .map_err(|error| Error::Protocol(format!("a task event's payload: {error}"))),
+    }
 }
 
 /// What a `tasks/stream` response means: `{}` is the end of the events; `events_gone` and
