@@ -42,7 +42,7 @@ use anyhow::{Context as _, bail};
 use tether::{
     demo::DemoHandler,
     gateway::{GatewayConfig, StdioGateway},
-    server::{Authenticator, BearerTokens, Handler, Server, ServerConfig},
+    server::{Authenticator, BearerTokens, Eras, Handler, Server, ServerConfig},
     store::{StoreLimits, Stores, redis, sqlite},
 };
 use tokio::{net::TcpListener, sync::oneshot};
@@ -98,6 +98,16 @@ pub(crate) struct ServeArgs {
     /// reconnecting.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     retry_ms: u64,
+
+    /// Which protocol eras to serve on the endpoint. `both`: 2025 sessions beside 2026-07-28
+    /// requests. `legacy`: 2025 sessions only; a 2026-07-28 request is answered as a
+    /// 2025-only server answers it, so dual-era clients (the TypeScript SDK v2 in `auto`
+    /// mode, the Python SDK 2.3, fastmcp 4.1) fall back to a session, where a cut stream
+    /// resumes; choose it when such clients make plain (non-task) calls, which a cut cancels
+    /// in the 2026-07-28 era. `modern`: 2026-07-28 only; `initialize` is refused as an
+    /// unsupported version naming 2026-07-28.
+    #[arg(long, value_name = "ERAS", default_value = "both", value_parser = parse_eras)]
+    eras: Eras,
 
     /// Seconds between keep-alive comments on idle streams.
     #[arg(
@@ -324,6 +334,10 @@ fn parse_path(value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
+fn parse_eras(value: &str) -> Result<Eras, String> {
+    value.parse().map_err(|error: tether::proto::version::UnknownEras| error.to_string())
+}
+
 fn parse_node_id(value: &str) -> Result<String, String> {
     // It is sent as the `Tether-Node` header value on every response.
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_graphic()) {
@@ -389,6 +403,7 @@ impl ServeArgs {
         config.retry = Duration::from_millis(self.retry_ms);
         config.keepalive = Duration::from_secs(self.keepalive_secs);
         config.json_response = self.json_response;
+        config.eras = self.eras;
         config.allowed_origins.clone_from(&self.allowed_origins);
         config.allowed_hosts.clone_from(&self.allowed_hosts);
         config.session_idle = Duration::from_secs(self.session_idle_secs);

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p tether --all-features --example rmcp_server -- \
-//!     --bind 127.0.0.1:0 --store memory|sqlite:PATH|redis://HOST:PORT[/DB]
+//!     --bind 127.0.0.1:0 --store memory|sqlite:PATH|redis://HOST:PORT[/DB] \
+//!     [--eras both|legacy|modern]
 //! ```
 //!
 //! It prints `tether: serving http://HOST:PORT/mcp` once listening. Its one tool,
@@ -24,7 +25,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, schemars, tool, tool_router};
 use serde::Deserialize;
 use tether::rmcp::RmcpHandler;
-use tether::server::Server;
+use tether::server::{Eras, Server};
 use tether::store::{StoreLimits, Stores};
 
 // ---- The rmcp server: nothing below knows about tether. ----
@@ -78,19 +79,23 @@ impl Counter {
 
 // ---- Serving it through tether. ----
 
-/// `--bind ADDR`, `--store memory|sqlite:PATH|redis://…` and `--transport tether|rmcp`.
+/// `--bind ADDR`, `--store memory|sqlite:PATH|redis://…`, `--eras both|legacy|modern` and
+/// `--transport tether|rmcp`.
 struct Args {
     bind: String,
     store: String,
+    /// Which protocol eras tether serves (as `tether serve --eras`).
+    eras: Eras,
     /// `rmcp`: the same server on rmcp's own `StreamableHttpService` (in memory, sessions),
     /// the baseline tether's benchmark compares with.
     rmcp_transport: bool,
 }
 
-fn args() -> Result<Args, String> {
+fn args() -> Result<Args, Box<dyn std::error::Error>> {
     let mut parsed = Args {
         bind: "127.0.0.1:8080".to_owned(),
         store: "memory".to_owned(),
+        eras: Eras::Both,
         rmcp_transport: false,
     };
     let mut args = std::env::args().skip(1);
@@ -99,17 +104,19 @@ fn args() -> Result<Args, String> {
         match flag.as_str() {
             "--bind" => parsed.bind = value,
             "--store" => parsed.store = value,
+            "--eras" => parsed.eras = value.parse()?,
             "--transport" => {
                 parsed.rmcp_transport = match value.as_str() {
                     "tether" => false,
                     "rmcp" => true,
-                    other => return Err(format!("unknown transport {other:?}")),
+                    other => return Err(format!("unknown transport {other:?}").into()),
                 }
             }
             _ => {
                 return Err(format!(
-                    "unknown flag {flag}; expected --bind ADDR --store STORE --transport T"
-                ));
+                    "unknown flag {flag}; expected --bind ADDR --store STORE --eras ERAS --transport T"
+                )
+                .into());
             }
         }
     }
@@ -144,6 +151,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let server = Server::builder(Arc::new(RmcpHandler::new(|| Counter)))
         .stores(stores(&args.store).await?)
+        .eras(args.eras)
         .build()
         .await?;
     let listener = tokio::net::TcpListener::bind(&args.bind).await?;
