@@ -335,7 +335,9 @@ fn parse_path(value: &str) -> Result<String, String> {
 }
 
 fn parse_eras(value: &str) -> Result<Eras, String> {
-    value.parse().map_err(|error: tether::proto::version::UnknownEras| error.to_string())
+    value
+        .parse()
+        .map_err(|error: tether::proto::version::UnknownEras| error.to_string())
 }
 
 fn parse_node_id(value: &str) -> Result<String, String> {

@@ -343,6 +343,27 @@ pub fn python_client_2026(url: &str, n: u64) -> anyhow::Result<PeerCommand> {
     Ok(python_program("python/client_2026.py")?.with_args([url.to_owned(), n.to_string()]))
 }
 
+/// `interop/python/client_auto.py URL N --library LIBRARY`: a dual-era Python client in its
+/// default `auto` mode (`server/discover`, falling back to `initialize` and a 2025 session),
+/// `library` `mcp` (the Python SDK 2.3.0's `Client`) or `fastmcp` (fastmcp 4.1.6's
+/// `Client`), calling `count` to N; the same JSON lines as [`python_client_2026`]. Extra
+/// flag: `--interval-ms MS`.
+///
+/// In a 2025 session it resumes a cut stream as [`python_client`] does: cut each stream at
+/// most once.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn python_client_auto(url: &str, n: u64, library: &str) -> anyhow::Result<PeerCommand> {
+    Ok(python_program("python/client_auto.py")?.with_args([
+        url.to_owned(),
+        n.to_string(),
+        "--library".to_owned(),
+        library.to_owned(),
+    ]))
+}
+
 /// `interop/ts/client.mjs URL N`: calls `count` with the TypeScript SDK client and prints
 /// the same JSON lines as [`python_client`]. Extra flags: `--interval-ms MS`,
 /// `--no-progress`, `--tool NAME` with `--arguments JSON`, `--list-tools` and `--terminate`

@@ -22,7 +22,7 @@ use tether::proto::modern::TASKS_EXTENSION;
 use tether::sse::{Decoder, Item};
 use tokio::task::JoinSet;
 
-use super::mcp::{Stateless, first_message, http_client_builder, is_event_stream, progress_value};
+use super::mcp::{Stateless, first_message, http_client_builder, is_event_stream};
 use super::scenarios::{latency_histogram, micros, quantile_ms};
 use super::{Report, median, per_second};
 
@@ -194,7 +194,9 @@ async fn read_stream(client: &Stateless, task: &str, events: u64) -> anyhow::Res
             if data.contains("notifications/tasks/event") {
                 let seq = number_after(data, "\"seq\":");
                 ensure!(
-                    seq == Some(next) && progress_value(data) == Some(next + 1),
+                    seq == Some(next)
+                        && data.contains("\"type\":\"dev.tether.progress\"")
+                        && number_after(data, "\"progress\":") == Some(next + 1),
                     "task event {data} arrived where seq {next} was expected: events lost or \
                      repeated"
                 );
@@ -234,8 +236,9 @@ mod tests {
 
     #[test]
     fn the_seq_of_a_task_event() {
-        let event = r#"{"jsonrpc":"2.0","method":"notifications/tasks/event","params":{"payload":{"method":"notifications/progress","params":{"progress":18}},"seq":17,"taskId":"t"}}"#;
+        let event = r#"{"jsonrpc":"2.0","method":"notifications/tasks/event","params":{"seq":17,"taskId":"t","type":"dev.tether.progress","payload":{"progressToken":"bench","progress":18}}}"#;
         assert_eq!(number_after(event, "\"seq\":"), Some(17));
+        assert_eq!(number_after(event, "\"progress\":"), Some(18));
         assert_eq!(number_after(r#"{"seq":"x"}"#, "\"seq\":"), None);
         assert_eq!(number_after("{}", "\"seq\":"), None);
     }

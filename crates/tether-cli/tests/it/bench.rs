@@ -250,7 +250,7 @@ fn fake_task_server(mut stream: TcpStream, body: &str, tasks: bool) {
         let mut sse = String::new();
         for seq in [0, 1, 3] {
             let event = format!(
-                r#"{{"jsonrpc":"2.0","method":"notifications/tasks/event","params":{{"payload":{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"bench","progress":{}}}}},"seq":{seq},"taskId":"t","type":"dev.tether.progress"}}}}"#,
+                r#"{{"jsonrpc":"2.0","method":"notifications/tasks/event","params":{{"seq":{seq},"taskId":"t","type":"dev.tether.progress","payload":{{"progressToken":"bench","progress":{}}}}}}}"#,
                 seq + 1
             );
             sse.push_str(&format!("data: {event}\n\n"));

@@ -3,7 +3,8 @@
 //! pending `server-sse-polling` on its own; with 0.2.0-alpha.12, the frozen requirement sets of
 //! both eras (`--requirements 2026-07-28` and `--requirements 2025-11-25`), where every scored
 //! scenario must pass with nothing excused (the `Not scored` ones, such as the tasks
-//! extension's, are shown and not counted).
+//! extension's, are shown and not counted): each against the server of both eras, and each
+//! against a server of its era alone (`--eras modern`, `--eras legacy`).
 //!
 //! Each test starts its own server (`--store memory`, port 0), runs the suite's CLI with
 //! `-o <tempdir>` so that its result files never land in the checkout, prints the suite's
@@ -104,10 +105,10 @@ fn never_expected(name: &str) -> bool {
     NEVER_EXPECTED.contains(&name)
 }
 
-/// `tether serve --demo conformance --store memory --bind 127.0.0.1:0`.
-async fn start_server() -> anyhow::Result<ServerProcess> {
+/// `tether serve --demo conformance --store memory --eras ERAS --bind 127.0.0.1:0`.
+async fn start_server(eras: &str) -> anyhow::Result<ServerProcess> {
     let server = ServerSpec::tether_serve()?
-        .args(["--demo", "conformance", "--store", "memory"])
+        .args(["--demo", "conformance", "--store", "memory", "--eras", eras])
         .start()
         .await?;
     Ok(server)
@@ -119,9 +120,19 @@ async fn run_suite(args: &[&str]) -> anyhow::Result<SuiteRun> {
     run_suite_with(peers::conformance()?, args).await
 }
 
-/// [`run_suite`] with the given suite (0.1.16, or [`peers::conformance_2026`]).
+/// [`run_suite`] with the given suite (0.1.16, or [`peers::conformance_2026`]), against a
+/// server of both eras.
 async fn run_suite_with(suite: peers::PeerCommand, args: &[&str]) -> anyhow::Result<SuiteRun> {
-    let mut server = start_server().await?;
+    run_suite_on("both", suite, args).await
+}
+
+/// [`run_suite_with`] against `tether serve --eras ERAS`.
+async fn run_suite_on(
+    eras: &str,
+    suite: peers::PeerCommand,
+    args: &[&str],
+) -> anyhow::Result<SuiteRun> {
+    let mut server = start_server(eras).await?;
     let results = tempfile::Builder::new()
         .prefix("tether-conformance-")
         .tempdir()?;
@@ -406,8 +417,9 @@ async fn conformance_suite_server_sse_polling_passes() -> anyhow::Result<()> {
 /// A `--requirements` run of the suite 0.2.0-alpha.12: every scored scenario passes, with no
 /// expected-failures file and no warning in the scenarios that may never fail, and `scored`
 /// scenarios are among those that ran and counted.
-async fn requirements_pass(revision: &str, scored: &[&str]) -> anyhow::Result<()> {
-    let run = run_suite_with(peers::conformance_2026()?, &["--requirements", revision]).await?;
+async fn requirements_pass(revision: &str, eras: &str, scored: &[&str]) -> anyhow::Result<()> {
+    let suite = peers::conformance_2026()?;
+    let run = run_suite_on(eras, suite, &["--requirements", revision]).await?;
     ensure!(
         run.total.is_some() && !run.summary.is_empty(),
         "no suite summary was printed"
@@ -422,12 +434,12 @@ async fn requirements_pass(revision: &str, scored: &[&str]) -> anyhow::Result<()
     let failures: Vec<String> = failures(&run).iter().map(ToString::to_string).collect();
     let counted = run.summary.len() - run.not_scored.len();
     println!(
-        "{revision}: {counted} scored scenarios, {} not scored",
+        "{revision} on --eras {eras}: {counted} scored scenarios, {} not scored",
         run.not_scored.len()
     );
     ensure!(
         failures.is_empty(),
-        "{} failure(s) in scored scenarios of --requirements {revision}:\n  {}",
+        "{} failure(s) in scored scenarios of --requirements {revision} on --eras {eras}:\n  {}",
         failures.len(),
         failures.join("\n  ")
     );
@@ -438,34 +450,46 @@ async fn requirements_pass(revision: &str, scored: &[&str]) -> anyhow::Result<()
 /// SEP-2549 caching hints) against the same server that serves the 2025 sessions.
 #[tokio::test]
 async fn conformance_suite_requirements_2026_07_28_pass() -> anyhow::Result<()> {
-    requirements_pass(
-        "2026-07-28",
-        &[
-            "server-stateless",
-            "caching",
-            "input-required-result-tampered-state",
-            "input-required-result-multi-round",
-            "tools-call-with-progress",
-            "dns-rebinding-protection",
-            "server-sse-multiple-streams",
-        ],
-    )
-    .await
+    requirements_pass("2026-07-28", "both", &SCORED_2026).await
 }
+
+/// The same 2026-07-28 requirements against a server that serves that era alone
+/// (`--eras modern`: `initialize` refused, no sessions).
+#[tokio::test]
+async fn conformance_suite_requirements_2026_07_28_pass_on_modern_only() -> anyhow::Result<()> {
+    requirements_pass("2026-07-28", "modern", &SCORED_2026).await
+}
+
+/// Scenarios the 2026-07-28 requirement runs must score.
+const SCORED_2026: [&str; 7] = [
+    "server-stateless",
+    "caching",
+    "input-required-result-tampered-state",
+    "input-required-result-multi-round",
+    "tools-call-with-progress",
+    "dns-rebinding-protection",
+    "server-sse-multiple-streams",
+];
+
+/// Scenarios the 2025-11-25 requirement runs must score.
+const SCORED_2025: [&str; 4] = [
+    "server-initialize",
+    "tools-call-with-progress",
+    "dns-rebinding-protection",
+    "server-sse-multiple-streams",
+];
 
 /// The 2025-11-25 requirements of the same suite version, at their own (session) wire.
 #[tokio::test]
 async fn conformance_suite_requirements_2025_11_25_pass() -> anyhow::Result<()> {
-    requirements_pass(
-        "2025-11-25",
-        &[
-            "server-initialize",
-            "tools-call-with-progress",
-            "dns-rebinding-protection",
-            "server-sse-multiple-streams",
-        ],
-    )
-    .await
+    requirements_pass("2025-11-25", "both", &SCORED_2025).await
+}
+
+/// The same 2025-11-25 requirements against a server that serves sessions alone
+/// (`--eras legacy`: a 2026-07-28 request answered as a 2025-only server answers it).
+#[tokio::test]
+async fn conformance_suite_requirements_2025_11_25_pass_on_legacy_only() -> anyhow::Result<()> {
+    requirements_pass("2025-11-25", "legacy", &SCORED_2025).await
 }
 
 /// The tasks extension's ten scenarios of 0.2.0-alpha.12 (unscored extension scenarios, so

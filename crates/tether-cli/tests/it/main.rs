@@ -12,6 +12,7 @@ mod chaos;
 mod conformance_client;
 mod conformance_server;
 mod connect;
+mod eras;
 mod gateway_faults;
 mod gateway_modern;
 mod gateway_peers;

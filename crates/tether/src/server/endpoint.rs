@@ -233,8 +233,21 @@ pub(crate) async fn post(
         // A 2026-07-28-only server: what is not a modern request is a legacy client's, which
         // has no fall-forward, so the answer names the version served (malformed bodies
         // still get their parse error first).
-        parse_body(&bytes, Batching::Allowed)?;
-        return Err(ServerError::UnsupportedProtocolVersion(eras));
+        return Err(match parse_body(&bytes, Batching::Allowed)? {
+            RpcBody::Single(Message::Request(request)) if request.is_initialize() => {
+                let requested = request
+                    .params
+                    .as_ref()
+                    .and_then(|params| params.get("protocolVersion"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                ServerError::InitializeRefused {
+                    id: request.id,
+                    requested,
+                }
+            }
+            _ => ServerError::UnsupportedProtocolVersion(eras),
+        });
     }
     let version_header = check_protocol_version(&parts.headers, eras);
 

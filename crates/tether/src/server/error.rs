@@ -95,6 +95,16 @@ pub enum ServerError {
     /// `Eras::Modern`) a legacy request arrived: 400 listing the versions the eras serve.
     #[error("unsupported MCP-Protocol-Version")]
     UnsupportedProtocolVersion(Eras),
+    /// `initialize` on a server that serves the 2026-07-28 era alone: 400, the
+    /// unsupported-version error listing that version (a legacy client has no way forward but
+    /// to tell its user), with the request's id and the version it asked for.
+    #[error("unsupported protocol version: this server serves 2026-07-28 only")]
+    InitializeRefused {
+        /// The `initialize` request's id.
+        id: tether_proto::jsonrpc::RequestId,
+        /// Its `params.protocolVersion`, when it is a string.
+        requested: Option<String>,
+    },
     /// `Accept` excludes every answer the server could give: 406.
     #[error("Accept must allow {needs}")]
     NotAcceptable {
@@ -186,6 +196,7 @@ impl ServerError {
             | Self::MissingSessionId
             | Self::MalformedSessionId
             | Self::UnsupportedProtocolVersion(_)
+            | Self::InitializeRefused { .. }
             | Self::ResumeRefused(_) => StatusCode::BAD_REQUEST,
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
@@ -216,6 +227,14 @@ impl ServerError {
             Self::UnsupportedProtocolVersion(eras) => {
                 ErrorObject::new(jsonrpc::INVALID_REQUEST, self.to_string())
                     .with_data(tether_proto::modern::unsupported_version_data(*eras, None))
+            }
+            Self::InitializeRefused { requested, .. } => {
+                ErrorObject::new(jsonrpc::INVALID_REQUEST, self.to_string()).with_data(
+                    tether_proto::modern::unsupported_version_data(
+                        Eras::Modern,
+                        requested.as_deref(),
+                    ),
+                )
             }
             Self::Modern(refusal) => refusal.error.clone(),
             Self::ResumeRefused(reason) => ErrorObject::new(RESUME_REFUSED, self.to_string())
@@ -259,11 +278,12 @@ impl ServerError {
         }
     }
 
-    /// The body: a JSON-RPC error response with `"id": null` (a modern request's own id), or
-    /// nothing.
+    /// The body: a JSON-RPC error response with `"id": null` (a modern request's own id, or a
+    /// refused `initialize`'s), or nothing.
     fn body(&self) -> Option<Vec<u8>> {
         let id = match self {
             Self::Modern(refusal) => refusal.id.as_ref().map_or(Value::Null, |id| json!(id)),
+            Self::InitializeRefused { id, .. } => json!(id),
             _ => Value::Null,
         };
         self.error_object().map(|error| {
@@ -374,6 +394,22 @@ mod tests {
             json!({"supported": ["2025-03-26", "2025-06-18", "2025-11-25"]})
         );
         assert_eq!(data(Eras::Modern), json!({"supported": ["2026-07-28"]}));
+    }
+
+    #[test]
+    fn a_refused_initialize_echoes_its_id_and_version() {
+        let refused = ServerError::InitializeRefused {
+            id: tether_proto::jsonrpc::RequestId::from(7_i64),
+            requested: Some("2025-11-25".into()),
+        };
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        let body: Value = serde_json::from_slice(&refused.body().unwrap()).unwrap();
+        assert_eq!(body["id"], 7);
+        assert_eq!(body["error"]["code"], -32600);
+        assert_eq!(
+            body["error"]["data"],
+            json!({"supported": ["2026-07-28"], "requested": "2025-11-25"})
+        );
     }
 
     #[test]

@@ -763,3 +763,187 @@ async fn a_listen_stream_carries_snapshots_of_the_principal_s_tasks() {
         "hello Ada (modern)"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The eras the operator serves (`ServerConfig::eras`) and the modern era's `retry`
+// ---------------------------------------------------------------------------------------
+
+/// A server that speaks only the eras `eras` names, `retry` 250 ms.
+async fn serving(eras: tether::server::Eras) -> TestServer {
+    let mut config = ServerConfig::default();
+    config.eras = eras;
+    config.retry = Duration::from_millis(250);
+    TestServer::start(config).await
+}
+
+/// `server/discover`'s `supportedVersions`, asked in the 2026-07-28 era.
+async fn discovered_versions(client: &RawClient) -> Value {
+    let request = modern(client, 1, "server/discover", json!({}), json!({}));
+    let answer = client.exchange(&request).await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer.json().unwrap()["result"]["supportedVersions"].clone()
+}
+
+#[tokio::test]
+async fn discover_lists_exactly_the_versions_of_the_eras_served() {
+    let both = serving(tether::server::Eras::Both).await;
+    let versions = discovered_versions(&both.client()).await;
+    let versions: Vec<&str> = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(versions.contains(&"2026-07-28"), "{versions:?}");
+    assert!(versions.contains(&"2025-11-25"), "{versions:?}");
+    let modern_only = serving(tether::server::Eras::Modern).await;
+    assert_eq!(
+        discovered_versions(&modern_only.client()).await,
+        json!(["2026-07-28"])
+    );
+}
+
+#[tokio::test]
+async fn legacy_only_answers_a_modern_request_as_a_2025_server_and_keeps_sessions() {
+    let server = serving(tether::server::Eras::Legacy).await;
+    let client = server.client();
+    for method in ["server/discover", "tools/list"] {
+        let request = modern(&client, 1, method, json!({}), json!({}));
+        let answer = client.exchange(&request).await.unwrap();
+        assert_eq!(answer.status, 400, "{method}: {answer:?}");
+        assert!(answer.headers.get("mcp-session-id").is_none(), "{method}");
+        let body = answer.json().unwrap();
+        assert_eq!(body["error"]["code"], -32600, "{method}: {body}");
+        let supported = body["error"]["data"]["supported"].as_array().unwrap();
+        assert!(!supported.is_empty(), "{body}");
+        assert!(
+            supported.iter().all(|v| v.as_str().unwrap() < "2026"),
+            "only 2025 versions: {body}"
+        );
+    }
+    // A modern GET is not the modern era's 405 either: it is a request without a session.
+    let modern_get = client
+        .clone()
+        .with_protocol_version(tether_testkit::raw::MODERN_VERSION);
+    let answer = modern_get
+        .exchange(&modern_get.request("GET"))
+        .await
+        .unwrap();
+    assert_ne!(answer.status, 405, "{answer:?}");
+    // Sessions work as ever: initialize, then a call that streams.
+    let mut legacy = server.client();
+    let initialized = legacy.initialize().await.unwrap();
+    assert_eq!(initialized.result["protocolVersion"], "2025-11-25");
+    assert!(legacy.session_id().is_some());
+}
+
+#[tokio::test]
+async fn modern_only_refuses_initialize_with_the_versions_it_serves() {
+    let server = serving(tether::server::Eras::Modern).await;
+    let mut client = server.client();
+    let (id, response) = client
+        .post_request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "old", "version": "1"}}),
+        )
+        .await
+        .unwrap();
+    let answer = response.read_to_end().await.unwrap();
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(answer.headers.get("mcp-session-id").is_none(), "no session");
+    let body = answer.json().unwrap();
+    assert_eq!(body["id"], json!(id), "{body}");
+    assert!(
+        body.get("result").is_none(),
+        "never an InitializeResult: {body}"
+    );
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    assert_eq!(
+        body["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2025-11-25"}),
+        "{body}"
+    );
+    // No session can exist, so GET and DELETE are the modern era's 405 with or without the
+    // version header.
+    for method in ["GET", "DELETE"] {
+        let answer = client.exchange(&client.request(method)).await.unwrap();
+        assert_eq!(answer.status, 405, "{method}: {answer:?}");
+        assert_eq!(answer.headers.get("allow"), Some("POST"), "{method}");
+    }
+    // The modern era is served.
+    let list = modern(&client, 2, "tools/list", json!({}), json!({}));
+    let answer = messages(client.send(&list).await.unwrap()).await;
+    assert_eq!(answer[0]["result"]["resultType"], "complete", "{answer:?}");
+}
+
+#[tokio::test]
+async fn a_modern_stream_opens_with_the_server_s_retry() {
+    let server = serving(tether::server::Eras::Both).await;
+    let client = server.client();
+    let request = modern(
+        &client,
+        1,
+        "tools/call",
+        json!({"name": "count", "arguments": {"n": 2}}),
+        json!({"progressToken": "p"}),
+    );
+    let response = client.send(&request).await.unwrap();
+    assert!(
+        response.is_event_stream(),
+        "a stream: {}",
+        response.status()
+    );
+    let transcript = response.read_to_end().await.unwrap();
+    assert_eq!(transcript.retries(), vec![250], "{transcript:?}");
+    let text = String::from_utf8_lossy(&transcript.body);
+    assert!(text.starts_with("retry: 250\n"), "{text}");
+}
+
+#[tokio::test]
+async fn a_task_stream_opens_with_retry_and_carries_compact_events() {
+    let stores = Stores::memory(StoreLimits::default());
+    let mut config = ServerConfig::default();
+    config.retry = Duration::from_millis(250);
+    let (url, _stop, _task) = asking_server_with(stores, config).await;
+    let alice = alice(&url);
+    let mut meta = as_task();
+    meta["progressToken"] = json!("p");
+    let call = modern(&alice, 1, "tools/call", json!({"name": "steps"}), meta);
+    let created = alice.exchange(&call).await.unwrap().json().unwrap();
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    until_terminal(&alice, &task).await;
+    let stream = modern(
+        &alice,
+        2,
+        "tasks/stream",
+        json!({"taskId": task}),
+        as_task(),
+    );
+    let transcript = alice
+        .send(&stream)
+        .await
+        .unwrap()
+        .read_to_end()
+        .await
+        .unwrap();
+    assert!(transcript.is_event_stream(), "{transcript:?}");
+    let text = String::from_utf8_lossy(&transcript.body).into_owned();
+    assert!(text.starts_with("retry: 250\n"), "{text}");
+    let events: Vec<Value> = transcript
+        .events()
+        .filter(|event| !event.data.is_empty())
+        .map(|event| serde_json::from_str(&event.data).unwrap())
+        .filter(|message: &Value| message["method"] == "notifications/tasks/event")
+        .collect();
+    assert_eq!(events.len(), 3, "{text}");
+    for (seq, event) in events.iter().enumerate() {
+        let params = &event["params"];
+        assert_eq!(params["seq"], json!(seq), "{event}");
+        assert_eq!(params["taskId"], json!(task), "{event}");
+        assert_eq!(params["type"], "dev.tether.progress", "{event}");
+        assert_eq!(params["payload"]["progress"], json!(seq + 1), "{event}");
+        assert_eq!(params["payload"]["progressToken"], "p", "{event}");
+        assert!(params.get("_meta").is_none(), "{event}");
+    }
+}
