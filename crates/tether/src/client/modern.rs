@@ -346,8 +346,8 @@ impl Inner {
     /// the notifications), and a stream that is cut, or that the server ends gracefully, is
     /// opened again with the reconnect backoff (a [`ClientEvent::Reconnecting`] first; the
     /// new acknowledgment says it is open again, and what was sent in between is lost: this
-    /// era has no resumption, so an application re-reads the lists it watches). The budget
-    /// restarts whenever a stream opens. A JSON-RPC error (the server refuses the filter)
+    /// era has no resumption, so an application re-reads the lists it watches). Backoff and
+    /// budget restart whenever a stream delivers a message. A JSON-RPC error (the server refuses the filter)
     /// ends the stream with [`Error::Protocol`] naming it.
     pub(super) async fn modern_listen(self: Arc<Self>, filter: Value, tx: mpsc::Sender<Delivery>) {
         let outcome = tokio::select! {
