@@ -38,7 +38,9 @@
 # Then 2026-07-28 round trips (`tether bench roundtrip`, 1 and 50 clients, RT_SECONDS each)
 # against each tether store, rmcp's stateless server (`rmcp_modern`: interop/rmcp,
 # `--era modern`, built by scripts/peers.sh) and the raw ceiling; and `tether bench tasks` on each tether store and
-# on rmcp's task server (`rmcp_tasks`: interop/rmcp `--era modern --tasks`).
+# on rmcp's task server (`rmcp_tasks`: interop/rmcp `--era modern --tasks`). Last, the cut
+# cost of each era (scripts/bench-cuts.sh: `tether call count` through the same cuts, `auto`
+# against `legacy`; SKIP="cuts" leaves it out).
 # Environment: N (50000), RUNS (3), C (50), FANOUT_N (200), BIG_C (1000), IDLE (1000), RT_SECONDS (3),
 # SKIP (space-separated targets to leave out), BEFORE (an older `tether` binary: served as
 # the target `before` with the store BEFORE_STORE (sqlite, memory or redis; default sqlite)
@@ -572,3 +574,10 @@ for name, scenario in singles:
     )
     print(f"{label}: {fields}")
 PY_EOF
+
+# What a cut costs in each era: scripts/bench-cuts.sh (its own server and proxies; SKIP="cuts"
+# leaves it out).
+if want cuts; then
+  echo
+  scripts/bench-cuts.sh
+fi
