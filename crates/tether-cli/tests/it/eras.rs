@@ -4,13 +4,14 @@
 //! server of both eras, where a cut cancels a plain call; against `--eras legacy` they fall back
 //! to a 2025 session, and there a `count` call through a fault proxy that cuts its stream
 //! delivers every progress event once, in order. `--eras modern` refuses `initialize` with the
-//! unsupported-version answer naming only 2026-07-28. The peers are pinned by
+//! unsupported-version answer naming only 2026-07-28. The gateway (`tether serve -- CMD`)
+//! takes the same flag. The peers are pinned by
 //! `scripts/peers.sh`; a missing one fails the test.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tether_testkit::launcher::{ServerProcess, ServerSpec};
+use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec};
 use tether_testkit::peers::{self, PeerCommand};
 use tether_testkit::proxy::{FaultPlan, FaultProxy, TruncateFault};
 use tether_testkit::raw::RawClient;
@@ -196,4 +197,71 @@ async fn modern_only_refuses_initialize_and_a_2025_client_gets_its_error() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(version, "2026-07-28");
     assert_eq!(progress, (1..=N).collect::<Vec<_>>());
+}
+
+/// `tether serve --eras ERAS -- <the Python SDK's stdio server>` (memory store).
+async fn gateway(eras: &str) -> ServerProcess {
+    let (program, args) = peers::python_stdio_server()
+        .expect("the Python peer (scripts/peers.sh)")
+        .into_parts();
+    ServerSpec::tether_serve()
+        .expect("the tether binary")
+        .bind_arg(BindArg::Placeholders)
+        .args(["--bind", "{bind}", "--store", "memory", "--retry-ms", "100"])
+        .args(["--eras", eras, "--"])
+        .args([program.display().to_string()])
+        .args(args)
+        .start()
+        .await
+        .expect("start tether serve -- CMD")
+}
+
+/// The gateway takes `--eras` as the demo does: in front of a stdio server, `legacy` keeps a
+/// dual-era client in a 2025 session whose cut stream resumes, and `modern` discovers only
+/// 2026-07-28 and refuses `initialize`.
+#[tokio::test]
+async fn the_gateway_serves_the_eras_it_is_given() {
+    let server = gateway("legacy").await;
+    let client = AutoClient::Fastmcp;
+    let proxy = FaultProxy::start(server.addr(), client.plan())
+        .await
+        .unwrap();
+    let outcome = run(client, &proxy.url_for("/mcp")).await;
+    let context = format!("proxy: {}", proxy.report());
+    let (version, progress, result) = outcome.unwrap_or_else(|e| panic!("{e}\n{context}"));
+    assert_eq!(version, "2025-11-25", "a 2025 session: {context}");
+    assert_eq!(progress, (1..=N).collect::<Vec<_>>(), "{context}");
+    assert_eq!(result, format!("counted {N}"), "{context}");
+    assert!(proxy.counters().truncations >= 1, "no cut: {context}");
+
+    let server = gateway("modern").await;
+    let raw = RawClient::new(server.url()).unwrap();
+    let found = raw
+        .exchange(&raw.modern(1, "server/discover", json!({}), json!({})))
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(
+        found["result"]["supportedVersions"],
+        json!(["2026-07-28"]),
+        "{found}"
+    );
+    let mut raw = RawClient::new(server.url()).unwrap();
+    let (_, response) = raw
+        .post_request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "old", "version": "1"}}),
+        )
+        .await
+        .unwrap();
+    let answer = response.read_to_end().await.unwrap();
+    assert_eq!(answer.status, 400, "{answer:?}");
+    let body = answer.json().unwrap();
+    assert_eq!(
+        body["error"]["data"]["supported"],
+        json!(["2026-07-28"]),
+        "{body}"
+    );
 }

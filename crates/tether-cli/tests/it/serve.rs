@@ -394,6 +394,7 @@ async fn bad_flag_values_exit_two() -> anyhow::Result<()> {
         &["serve", "--max-tasks-per-principal", "0"],
         &["serve", "--retry-ms", "soon"],
         &["serve", "--node-id", "two words"],
+        &["serve", "--eras", "2025"],
         &["serve", "--no-such-flag"],
     ] {
         let output = run_tether(args).await?;

@@ -86,6 +86,52 @@ async fn the_rmcp_example_streams_count_once_through_cuts_in_both_eras() {
     }
 }
 
+/// `--eras legacy` keeps an `auto` client in a 2025 session (its stream resumes through cuts);
+/// `--eras modern` serves the same client in 2026-07-28 and refuses a session.
+#[tokio::test]
+async fn the_rmcp_example_serves_the_eras_it_is_given() {
+    for (eras, modern) in [("legacy", false), ("modern", true)] {
+        let (_example, url) = example::start(
+            "rmcp_server",
+            &["--bind", "127.0.0.1:0", "--store", "memory", "--eras", eras],
+        );
+        let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1500));
+        let proxy = FaultProxy::start(addr_of(&url), plan).await.unwrap();
+        tokio::time::timeout(TEST_TIMEOUT, async {
+            let client = Client::connect(&proxy.url_for("/mcp"), config(ProtocolChoice::Auto))
+                .await
+                .unwrap();
+            assert_eq!(client.is_modern(), modern, "--eras {eras}");
+            let call = client
+                .call_tool("count", json!({"n": 100, "interval_ms": 2}))
+                .await
+                .unwrap();
+            let (progress, text, _) = read_count(call, None).await;
+            assert_eq!(
+                progress,
+                (1..=100).collect::<Vec<_>>(),
+                "--eras {eras}: {}",
+                proxy.report()
+            );
+            assert_eq!(text.as_deref(), Some("counted 100"), "--eras {eras}");
+        })
+        .await
+        .unwrap();
+        assert!(
+            proxy.counters().cuts >= 1,
+            "--eras {eras}: {}",
+            proxy.report()
+        );
+        let legacy = Client::connect(&url, config(ProtocolChoice::Legacy)).await;
+        assert_eq!(
+            legacy.is_ok(),
+            !modern,
+            "--eras {eras}: a session is {}",
+            if modern { "refused" } else { "served" }
+        );
+    }
+}
+
 /// Reads a `count` call to its end: the progress values (rmcp sends them as floats), the
 /// result's text, and the task it ran as (seen once the call named one).
 async fn read_count(
