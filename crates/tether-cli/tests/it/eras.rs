@@ -163,25 +163,7 @@ async fn dual_era_clients_adopt_2026_07_28_from_a_server_of_both_eras() {
 #[tokio::test]
 async fn modern_only_refuses_initialize_and_a_2025_client_gets_its_error() {
     let server = tether_serve("modern").await;
-    let mut raw = RawClient::new(server.url()).unwrap();
-    let (_, response) = raw
-        .post_request(
-            "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "old", "version": "1"}}),
-        )
-        .await
-        .unwrap();
-    let answer = response.read_to_end().await.unwrap();
-    assert_eq!(answer.status, 400, "{answer:?}");
-    let body = answer.json().unwrap();
-    assert_eq!(body["error"]["code"], -32600, "{body}");
-    assert_eq!(
-        body["error"]["data"]["supported"],
-        json!(["2026-07-28"]),
-        "{body}"
-    );
-    assert!(body.get("result").is_none(), "{body}");
+    assert_initialize_refused(server.url()).await;
     // The Python SDK's 2025 client cannot start a session, and says so.
     let command = peers::python_client(server.url(), 1).unwrap();
     let output = command.run(RUN_TIMEOUT).await.expect("the client ran");
@@ -247,7 +229,13 @@ async fn the_gateway_serves_the_eras_it_is_given() {
         json!(["2026-07-28"]),
         "{found}"
     );
-    let mut raw = RawClient::new(server.url()).unwrap();
+    assert_initialize_refused(server.url()).await;
+}
+
+/// A 2025 `initialize` at `url` is refused with the unsupported-version answer naming only
+/// 2026-07-28: a 400, code -32600, never an `InitializeResult`.
+async fn assert_initialize_refused(url: &str) {
+    let mut raw = RawClient::new(url).unwrap();
     let (_, response) = raw
         .post_request(
             "initialize",
@@ -259,9 +247,12 @@ async fn the_gateway_serves_the_eras_it_is_given() {
     let answer = response.read_to_end().await.unwrap();
     assert_eq!(answer.status, 400, "{answer:?}");
     let body = answer.json().unwrap();
+    assert_eq!(body["error"]["code"], -32600, "{body}");
     assert_eq!(
         body["error"]["data"]["supported"],
         json!(["2026-07-28"]),
         "{body}"
     );
+    assert_eq!(body["error"]["data"]["requested"], "2025-11-25", "{body}");
+    assert!(body.get("result").is_none(), "{body}");
 }
