@@ -1,33 +1,144 @@
-//! Who is making a request: the [`Authenticator`] trait and its bearer-token implementation.
+//! Who is making a request: the [`Authenticator`] trait, what it yields ([`Credentials`]) or
+//! refuses ([`AuthFailure`]), and its bearer-token implementation.
 //!
 //! Every request on the MCP path is authenticated right after the DNS-rebinding check, before
 //! anything about sessions or streams is looked at, so an unauthenticated client learns
-//! nothing (401 with `WWW-Authenticate: Bearer` and a JSON-RPC error body, from
-//! [`ServerError::Unauthorized`](super::ServerError::Unauthorized)). The principal it yields
-//! is recorded on the sessions it creates and on their streams: a session, or an event id,
-//! presented by another principal is answered exactly like an unknown one
-//! (docs/CONTRACTS.md#status-table). Without an authenticator every request is
+//! nothing (401 with the authenticator's `WWW-Authenticate` challenge and a JSON-RPC error
+//! body, from [`ServerError::Unauthorized`](super::ServerError::Unauthorized)). A token in the
+//! query string is refused whatever the authenticator (RFC 6750 §2.3 is not offered). The
+//! principal it yields is recorded on the sessions it creates and on their streams: a
+//! session, or an event id, presented by another principal is answered exactly like an
+//! unknown one (docs/CONTRACTS.md#status-table). Without an authenticator every request is
 //! [`ANONYMOUS_PRINCIPAL`]'s.
 //!
 //! [`BearerTokens`] reads the token file format of docs/CONTRACTS.md#tether-serve and compares
 //! tokens in constant time, checking every configured token whatever matched, so neither the time
 //! taken nor the order of the file tells which prefix of a guess was right. (A token's length is
-//! not hidden; tokens should be long random strings, where that says nothing.)
+//! not hidden; tokens should be long random strings, where that says nothing.) The OAuth 2.1
+//! resource server is `super::oauth`'s.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use subtle::ConstantTimeEq as _;
 
 use crate::store::ANONYMOUS_PRINCIPAL;
 
+/// What a request's credentials proved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    /// Who it comes from: what sessions, streams and tasks are bound to.
+    pub principal: Arc<str>,
+    /// The scopes its token was granted, or `None` when the authenticator does not scope
+    /// (a token file): then no scope is ever missing.
+    pub scopes: Option<Arc<[String]>>,
+    /// The OAuth client the token was issued to, when it says.
+    pub client_id: Option<Arc<str>>,
+}
+
+impl Credentials {
+    /// A principal without scopes or client.
+    #[must_use]
+    pub fn principal(principal: Arc<str>) -> Self {
+        Self {
+            principal,
+            scopes: None,
+            client_id: None,
+        }
+    }
+
+    /// Those of `needed` these credentials were not granted (none when they are not scoped).
+    #[must_use]
+    pub fn missing_scopes(&self, needed: &[String]) -> Vec<String> {
+        match &self.scopes {
+            None => Vec::new(),
+            Some(granted) => needed
+                .iter()
+                .filter(|scope| !granted.contains(scope))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// Why a request's credentials were refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuthFailure {
+    /// No credentials: 401, the challenge without an error.
+    Missing,
+    /// Credentials that are not valid here (malformed, forged, expired, for another resource
+    /// or issuer): 401 with `error="invalid_token"`. The reason is logged and counted, never
+    /// sent.
+    InvalidToken(&'static str),
+    /// Valid credentials without these scopes: 403 with `error="insufficient_scope"`.
+    InsufficientScope(Vec<String>),
+    /// The credentials cannot be checked for now (the authorization server's keys were never
+    /// loaded): 503.
+    Unavailable,
+}
+
+impl AuthFailure {
+    /// The label this failure is counted and logged under.
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::InvalidToken(reason) => reason,
+            Self::InsufficientScope(_) => "insufficient_scope",
+            Self::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// Decides who a request comes from.
+#[async_trait]
 pub trait Authenticator: Send + Sync + 'static {
-    /// The principal whose credentials `headers` carry, or `None` when they are missing or
-    /// wrong (the request is then refused with 401).
-    fn authenticate(&self, headers: &HeaderMap) -> Option<Arc<str>>;
+    /// What the credentials `headers` carry prove, or why they are refused.
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Credentials, AuthFailure>;
+
+    /// The `WWW-Authenticate` value that answers `failure` (RFC 6750 §3).
+    fn challenge(&self, failure: &AuthFailure) -> String {
+        bearer_challenge(failure, &[])
+    }
+
+    /// Every scope a `tools/call` of `tool` needs, those every request needs included, when
+    /// the tool needs more than those (else none).
+    fn tool_scopes(&self, _tool: &str) -> &[String] {
+        &[]
+    }
+
+    /// The Protected Resource Metadata document (RFC 9728) served at the well-known URIs, if
+    /// this authenticator is an OAuth resource server.
+    fn resource_metadata(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// `Bearer` with the parameters of RFC 6750 §3 that answer `failure`, after `leading` ones
+/// (such as `resource_metadata`).
+pub(crate) fn bearer_challenge(failure: &AuthFailure, leading: &[(&str, String)]) -> String {
+    let mut params: Vec<(&str, String)> = leading.to_vec();
+    match failure {
+        AuthFailure::Missing | AuthFailure::Unavailable => {}
+        AuthFailure::InvalidToken(_) => params.push(("error", "invalid_token".to_owned())),
+        AuthFailure::InsufficientScope(needed) => {
+            params.push(("error", "insufficient_scope".to_owned()));
+            params.push(("scope", needed.join(" ")));
+        }
+    }
+    if params.is_empty() {
+        return "Bearer".to_owned();
+    }
+    let params: Vec<String> = params
+        .iter()
+        // Quoted strings: the values are URLs and scope tokens, which hold no `"` or `\`.
+        .map(|(name, value)| format!("{name}=\"{}\"", value.replace(['"', '\\'], "")))
+        .collect();
+    format!("Bearer {}", params.join(", "))
 }
 
 /// Bearer tokens, each naming a principal: `Authorization: Bearer <token>`.
@@ -138,15 +249,10 @@ impl BearerTokens {
     }
 }
 
+#[async_trait]
 impl Authenticator for BearerTokens {
-    fn authenticate(&self, headers: &HeaderMap) -> Option<Arc<str>> {
-        let mut values = headers.get_all(AUTHORIZATION).iter();
-        let value = values.next()?;
-        if values.next().is_some() {
-            // Two credentials: ambiguous, refused.
-            return None;
-        }
-        let presented = bearer_token(value.as_bytes())?;
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Credentials, AuthFailure> {
+        let presented = presented_token(headers)?;
         let mut matched = None;
         // Every token is compared, whatever matched first: the time taken does not depend on
         // which one (if any) it was.
@@ -156,7 +262,38 @@ impl Authenticator for BearerTokens {
             }
         }
         matched
+            .map(Credentials::principal)
+            .ok_or(AuthFailure::InvalidToken("unknown_token"))
     }
+
+    /// `Bearer` alone, whatever the failure: a token file has no error codes to tell
+    /// (docs/CONTRACTS.md#status-table).
+    fn challenge(&self, _failure: &AuthFailure) -> String {
+        "Bearer".to_owned()
+    }
+}
+
+/// Whether a query string carries an access token (RFC 6750 §2.3), which is refused: URLs
+/// end up in logs and histories.
+pub(crate) fn query_carries_token(query: Option<&str>) -> bool {
+    query.is_some_and(|query| {
+        query.split('&').any(|pair| {
+            pair.split('=')
+                .next()
+                .is_some_and(|name| name == "access_token")
+        })
+    })
+}
+
+/// The one bearer token of a request's `Authorization` header: missing without one, invalid
+/// when there are two (ambiguous) or it is not `Bearer <token>`.
+pub(crate) fn presented_token(headers: &HeaderMap) -> Result<&[u8], AuthFailure> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let value = values.next().ok_or(AuthFailure::Missing)?;
+    if values.next().is_some() {
+        return Err(AuthFailure::InvalidToken("two_credentials"));
+    }
+    bearer_token(value.as_bytes()).ok_or(AuthFailure::InvalidToken("not_bearer"))
 }
 
 /// The token of an `Authorization: Bearer <token>` value (scheme case-insensitive, RFC 9110
@@ -191,9 +328,10 @@ mod tests {
         .unwrap();
         assert_eq!(tokens.principals(), ["alice", "bob", ANONYMOUS_PRINCIPAL]);
         let who = |value: &str| {
-            tokens
-                .authenticate(&headers(&[value]))
-                .map(|p| p.to_string())
+            futures_util::FutureExt::now_or_never(tokens.authenticate(&headers(&[value])))
+                .unwrap()
+                .ok()
+                .map(|credentials| credentials.principal.to_string())
         };
         assert_eq!(who("Bearer s3cret-a").as_deref(), Some("alice"));
         assert_eq!(who("Bearer second-a").as_deref(), Some("alice"));
@@ -203,11 +341,24 @@ mod tests {
         assert_eq!(who("Bearer s3cret-a-and-more"), None);
         assert_eq!(who("Basic s3cret-a"), None);
         assert_eq!(who("Bearer"), None);
-        assert_eq!(tokens.authenticate(&HeaderMap::new()), None);
+        let refusal = |headers: HeaderMap| {
+            futures_util::FutureExt::now_or_never(tokens.authenticate(&headers))
+                .unwrap()
+                .unwrap_err()
+        };
+        assert_eq!(refusal(HeaderMap::new()), AuthFailure::Missing);
         assert_eq!(
-            tokens.authenticate(&headers(&["Bearer s3cret-a", "Bearer s3cret-b"])),
-            None,
+            refusal(headers(&["Bearer s3cret-a", "Bearer s3cret-b"])),
+            AuthFailure::InvalidToken("two_credentials"),
             "two Authorization headers are refused"
+        );
+        assert_eq!(tokens.challenge(&AuthFailure::InvalidToken("x")), "Bearer");
+        assert_eq!(
+            bearer_challenge(
+                &AuthFailure::InsufficientScope(vec!["a".into(), "b".into()]),
+                &[("resource_metadata", "http://h/.well-known/x".into())]
+            ),
+            r#"Bearer resource_metadata="http://h/.well-known/x", error="insufficient_scope", scope="a b""#
         );
         assert!(
             !format!("{tokens:?}").contains("s3cret"),

@@ -17,6 +17,10 @@ pub const HEALTHZ_PATH: &str = "/healthz";
 /// The metrics path (Prometheus / OpenMetrics text; see the `metrics` module).
 pub const METRICS_PATH: &str = "/metrics";
 
+/// Where an OAuth-protected server serves its Protected Resource Metadata (RFC 9728), the
+/// endpoint's path appended for the path-suffixed form.
+pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
 /// Default `retry` sent with priming events and before the server closes a connection: one
 /// second brings a client back quickly after a restart without a reconnect storm, and equals
 /// the first backoff step of tether's client, so both agree.

@@ -53,6 +53,7 @@ use tether_proto::jsonrpc::{
 use tether_proto::modern::{Era, MCP_METHOD, MCP_NAME, RequestHeaders, era_of};
 use tether_proto::version::{Eras, ProtocolVersion, check_header, negotiate};
 
+use super::auth::Credentials;
 use super::context::SessionContext;
 use super::dispatch::{self, Recipient};
 use super::error::{ResumeRefusal, ServerError};
@@ -201,7 +202,8 @@ pub(crate) async fn post(
 ) -> Result<Response, ServerError> {
     let (parts, body) = request.into_parts();
     check_host_origin(&state, &parts)?;
-    let principal = state.principal(&parts)?;
+    let credentials = state.credentials(&parts).await?;
+    let principal = Arc::clone(&credentials.principal);
     if !header_str(&parts.headers, header::CONTENT_TYPE).is_some_and(is_json_content_type) {
         return Err(ServerError::UnsupportedMediaType);
     }
@@ -216,6 +218,7 @@ pub(crate) async fn post(
     let accept = accept_value(&parts.headers);
     let eras = config.eras;
     if let Some(message) = modern_message(&parts.headers, &bytes, eras)? {
+        authorize_tools(&state, &credentials, std::slice::from_ref(&message))?;
         let headers = RequestHeaders {
             protocol_version: header_str(&parts.headers, MCP_PROTOCOL_VERSION),
             method: header_str(&parts.headers, MCP_METHOD),
@@ -289,6 +292,12 @@ pub(crate) async fn post(
         }
         body => body,
     };
+    match &body {
+        RpcBody::Single(message) => {
+            authorize_tools(&state, &credentials, std::slice::from_ref(message))?;
+        }
+        RpcBody::Batch(messages) => authorize_tools(&state, &credentials, messages)?,
+    }
     let is_batch = matches!(body, RpcBody::Batch(_));
     match (runtime, home_node) {
         (Some(runtime), _) => {
@@ -316,6 +325,28 @@ pub(crate) async fn post(
         }
         (None, None) => unreachable!("a session runs here or on another node"),
     }
+}
+
+/// 403 when a `tools/call` among `messages` names a tool that needs scopes `credentials`
+/// lack (docs/CONTRACTS.md#oauth-scopes); `tools/list` still lists it.
+fn authorize_tools(
+    state: &ServerState,
+    credentials: &Credentials,
+    messages: &[Message],
+) -> Result<(), ServerError> {
+    for message in messages {
+        if let Message::Request(request) = message
+            && request.method == "tools/call"
+            && let Some(tool) = request
+                .params
+                .as_ref()
+                .and_then(|params| params.get("name"))
+                .and_then(Value::as_str)
+        {
+            state.authorize_tool(credentials, tool)?;
+        }
+    }
+    Ok(())
 }
 
 /// The message of a 2026-07-28 POST, or `None` for a legacy one (docs/CONTRACTS.md#planned-eras):
@@ -495,7 +526,7 @@ pub(crate) async fn get(
 ) -> Result<Response, ServerError> {
     let (parts, _body) = request.into_parts();
     check_host_origin(&state, &parts)?;
-    let principal = state.principal(&parts)?;
+    let principal = state.principal(&parts).await?;
     let eras = state.config.eras;
     refuse_modern_get_or_delete(&parts.headers, eras)?;
     if !state.config.get_streams {
@@ -602,7 +633,7 @@ pub(crate) async fn delete(
 ) -> Result<Response, ServerError> {
     let (parts, _body) = request.into_parts();
     check_host_origin(&state, &parts)?;
-    let principal = state.principal(&parts)?;
+    let principal = state.principal(&parts).await?;
     let eras = state.config.eras;
     refuse_modern_get_or_delete(&parts.headers, eras)?;
     check_protocol_version(&parts.headers, eras)?;
@@ -621,6 +652,37 @@ pub(crate) async fn delete(
     Ok(StatusCode::OK.into_response())
 }
 
+/// `GET /.well-known/oauth-protected-resource[/<path>]`: the authenticator's Protected
+/// Resource Metadata (RFC 9728), open to every origin (browser clients such as the Inspector
+/// fetch it), or 404 when it has none.
+pub(crate) async fn resource_metadata(State(state): State<Arc<ServerState>>) -> Response {
+    let document = state
+        .authenticator
+        .as_ref()
+        .and_then(|authenticator| authenticator.resource_metadata());
+    match document {
+        Some(document) => (
+            [(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")],
+            axum::Json(document),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// The CORS preflight of [`resource_metadata`].
+pub(crate) async fn resource_metadata_preflight() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+            (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, OPTIONS"),
+            (header::ACCESS_CONTROL_ALLOW_HEADERS, "mcp-protocol-version"),
+        ],
+    )
+        .into_response()
+}
+
 /// `GET /healthz`: the process is up and serving.
 pub(crate) async fn healthz() -> &'static str {
     "ok\n"
@@ -633,7 +695,7 @@ pub(crate) async fn metrics(
     request: Request,
 ) -> Result<Response, ServerError> {
     let (parts, _) = request.into_parts();
-    state.principal(&parts)?;
+    state.principal(&parts).await?;
     let sessions = state.local_session_ids();
     let stored = state.sessions.count().await.ok();
     let mut retained = SessionUsage::default();

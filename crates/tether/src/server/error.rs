@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tether_proto::jsonrpc::{self, ErrorObject, ParseError};
 use tether_proto::version::Eras;
 
+use super::auth::AuthFailure;
 use crate::store::StoreError;
 use crate::store::relay::HandoffAnswer;
 
@@ -39,6 +40,10 @@ pub const SHUTTING_DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
 /// `Retry-After` for 503 when another node that runs the session did not take a request: a
 /// node restarting or a Redis hiccup passes in seconds.
 pub const HOME_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// `Retry-After` for 503 while an authorization server's keys cannot be loaded: its
+/// metadata is fetched again at most this often anyway.
+const AUTH_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// `Retry-After` for 503 while the store is unavailable: Redis restarting or a failover is
 /// back within seconds, and nothing was acted on, so the same request may come again.
@@ -120,9 +125,15 @@ pub enum ServerError {
     /// A `Host` not on the allow-list (DNS rebinding): 403.
     #[error("host not allowed")]
     ForbiddenHost,
-    /// Missing or wrong bearer token: 401 with `WWW-Authenticate: Bearer`.
-    #[error("authorization required")]
-    Unauthorized,
+    /// Credentials refused by the authenticator: 401 (missing or invalid), 403 (a scope
+    /// missing) or 503 (they cannot be checked for now), with its `WWW-Authenticate`.
+    #[error("{}", unauthorized_message(failure))]
+    Unauthorized {
+        /// Why.
+        failure: AuthFailure,
+        /// The `WWW-Authenticate` value.
+        challenge: String,
+    },
     /// The body is larger than the configured limit: 413.
     #[error("request body over {limit} bytes")]
     PayloadTooLarge {
@@ -202,7 +213,11 @@ impl ServerError {
             Self::NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::ForbiddenOrigin | Self::ForbiddenHost => StatusCode::FORBIDDEN,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized { failure, .. } => match failure {
+                AuthFailure::InsufficientScope(_) => StatusCode::FORBIDDEN,
+                AuthFailure::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::UNAUTHORIZED,
+            },
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::TooManySessions | Self::ShuttingDown | Self::HomeUnavailable => {
@@ -271,8 +286,14 @@ impl ServerError {
             Self::ModernMethodNotAllowed => {
                 vec![(header::ALLOW, HeaderValue::from_static("POST"))]
             }
-            Self::Unauthorized => {
-                vec![(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))]
+            Self::Unauthorized { failure, challenge } => {
+                let challenge = HeaderValue::from_str(challenge)
+                    .unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
+                let mut headers = vec![(header::WWW_AUTHENTICATE, challenge)];
+                if *failure == AuthFailure::Unavailable {
+                    headers.push(retry_after(AUTH_UNAVAILABLE_RETRY_AFTER));
+                }
+                headers
             }
             _ => Vec::new(),
         }
@@ -290,6 +311,19 @@ impl ServerError {
             let response: Value = json!({"jsonrpc": "2.0", "id": id, "error": error});
             serde_json::to_vec(&response).expect("a JSON value always serializes")
         })
+    }
+}
+
+/// The message of a refusal of credentials: what the client can act on, never the reason an
+/// invalid token was refused (that is logged and counted).
+fn unauthorized_message(failure: &AuthFailure) -> String {
+    match failure {
+        AuthFailure::Missing => "authorization required".to_owned(),
+        AuthFailure::InvalidToken(_) => "invalid token".to_owned(),
+        AuthFailure::InsufficientScope(needed) => {
+            format!("insufficient scope: needs {}", needed.join(" "))
+        }
+        AuthFailure::Unavailable => "credentials cannot be checked now".to_owned(),
     }
 }
 
@@ -346,6 +380,13 @@ impl IntoResponse for ServerError {
 mod tests {
     use super::*;
 
+    fn unauthorized(failure: AuthFailure) -> ServerError {
+        ServerError::Unauthorized {
+            failure,
+            challenge: "Bearer".into(),
+        }
+    }
+
     #[test]
     fn every_refusal_has_its_status_and_code() {
         let cases = [
@@ -359,7 +400,18 @@ mod tests {
             (ServerError::NotAcceptable { needs: "x" }, 406, Some(-32600)),
             (ServerError::UnsupportedMediaType, 415, Some(-32600)),
             (ServerError::ForbiddenOrigin, 403, Some(-32600)),
-            (ServerError::Unauthorized, 401, Some(-32600)),
+            (unauthorized(AuthFailure::Missing), 401, Some(-32600)),
+            (
+                unauthorized(AuthFailure::InvalidToken("x")),
+                401,
+                Some(-32600),
+            ),
+            (
+                unauthorized(AuthFailure::InsufficientScope(vec!["s".into()])),
+                403,
+                Some(-32600),
+            ),
+            (unauthorized(AuthFailure::Unavailable), 503, Some(-32600)),
             (ServerError::PayloadTooLarge { limit: 1 }, 413, Some(-32600)),
             (ServerError::TooManySessions, 503, Some(-32600)),
             (ServerError::TooManyRequests, 429, Some(-32600)),
@@ -419,7 +471,7 @@ mod tests {
         assert_eq!(headers[0].1, "30");
         let headers = ServerError::GetDisabled.extra_headers();
         assert_eq!(headers[0].1, "POST, DELETE");
-        let headers = ServerError::Unauthorized.extra_headers();
+        let headers = unauthorized(AuthFailure::Missing).extra_headers();
         assert_eq!(headers[0].1, "Bearer");
     }
 }

@@ -14,7 +14,9 @@
 //! "unknown"|"expired"}`, `responses_total{method,status}`, `modern_requests_total{method,
 //! outcome="result"|"input_required"|"error"|"refused"|"disconnected"}` (2026-07-28 requests by
 //! JSON-RPC method; methods outside the protocol count as `other`), `orphaned_requests_answered_total`,
-//! `open_streams`, `sessions` (this node's), `sessions_stored` (the store's, all nodes),
+//! `auth_failures_total{reason}` (credentials refused, by the authenticator's reason:
+//! `missing`, `insufficient_scope`, `unavailable` or why a token was invalid, such as
+//! `expired` or `bad_signature`), `open_streams`, `sessions` (this node's), `sessions_stored` (the store's, all nodes),
 //! `retained_events` and `retained_bytes` (of this node's sessions).
 
 use std::sync::Arc;
@@ -102,6 +104,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModernLabels {
     method: &'static str,
     outcome: &'static str,
@@ -165,6 +172,7 @@ pub(crate) struct Metrics {
     resumes: Family<OutcomeLabels, Counter>,
     responses: Family<ResponseLabels, Counter>,
     modern_requests: Family<ModernLabels, Counter>,
+    auth_failures: Family<ReasonLabels, Counter>,
     orphans_answered: Counter,
     open_streams: Gauge,
     sessions: Gauge,
@@ -230,6 +238,12 @@ impl Default for Metrics {
                 "2026-07-28 requests, by JSON-RPC method and how they ended",
                 Family::default(),
             ),
+            auth_failures: add(
+                r,
+                "auth_failures",
+                "Requests whose credentials were refused, by reason",
+                Family::default(),
+            ),
             orphans_answered: add(
                 r,
                 "orphaned_requests_answered",
@@ -275,6 +289,13 @@ impl Metrics {
 
     pub(crate) fn resume(&self, outcome: ResumeOutcome) {
         self.resumes.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Credentials refused; `reason` is one of a fixed set of the authenticator's labels.
+    pub(crate) fn auth_failure(&self, reason: &'static str) {
+        self.auth_failures
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     pub(crate) fn orphans_answered(&self, requests: u64) {

@@ -40,6 +40,8 @@ mod listen;
 mod metrics;
 mod modern;
 mod mrtr;
+#[cfg(feature = "oauth")]
+pub mod oauth;
 mod origin;
 mod orphans;
 mod reply;
@@ -60,14 +62,15 @@ use tether_proto::headers::TETHER_NODE;
 use tether_proto::ids::StreamId;
 use tokio::net::TcpListener;
 
-pub use auth::{Authenticator, BearerTokens, TokenFileError};
+pub use auth::{AuthFailure, Authenticator, BearerTokens, Credentials, TokenFileError};
 pub use config::{
     ConnectionLimits, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_KEEPALIVE,
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_TASKS_PER_PRINCIPAL, DEFAULT_PATH, DEFAULT_REQUEST_STATE_TTL, DEFAULT_RETRY,
     DEFAULT_SESSION_IDLE, DEFAULT_TASK_EVENTS_RETENTION, DEFAULT_TASK_MAX_EVENT_BYTES,
-    DEFAULT_TASK_POLL_INTERVAL, DEFAULT_TASK_TTL, Eras, HEALTHZ_PATH, METRICS_PATH, ServerConfig,
+    DEFAULT_TASK_POLL_INTERVAL, DEFAULT_TASK_TTL, Eras, HEALTHZ_PATH, METRICS_PATH,
+    RESOURCE_METADATA_PATH, ServerConfig,
 };
 pub use context::{ContextError, RequestContext, SessionContext};
 pub use dispatch::CANCEL_GRACE;
@@ -355,10 +358,19 @@ impl Server {
     /// The operators' routes, to merge into an application's router if wanted:
     /// `GET /healthz` ([`HEALTHZ_PATH`]) and `GET /metrics` ([`METRICS_PATH`], OpenMetrics
     /// text, behind the same authentication as the MCP endpoint).
+    ///
+    /// With an OAuth authenticator, also the Protected Resource Metadata (RFC 9728) at
+    /// `/.well-known/oauth-protected-resource` followed by [`ServerConfig::path`], and at the
+    /// root one, readable cross-origin.
     pub fn ops_router(&self) -> Router {
+        let metadata =
+            get(endpoint::resource_metadata).options(endpoint::resource_metadata_preflight);
+        let suffixed = format!("{RESOURCE_METADATA_PATH}{}", self.state.config.path);
         Router::new()
             .route(HEALTHZ_PATH, get(endpoint::healthz))
             .route(METRICS_PATH, get(endpoint::metrics))
+            .route(RESOURCE_METADATA_PATH, metadata.clone())
+            .route(&suffixed, metadata)
             .with_state(Arc::clone(&self.state))
             .layer(tower::util::MapResponseLayer::new(self.add_node()))
     }

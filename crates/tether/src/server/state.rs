@@ -18,7 +18,7 @@ use tether_proto::sse_writer::WriterConfig;
 use tether_proto::version::ProtocolVersion;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::Authenticator;
+use super::auth::{AuthFailure, Authenticator, Credentials, query_carries_token};
 use super::config::ServerConfig;
 use super::error::ServerError;
 use super::handler::Handler;
@@ -114,14 +114,53 @@ impl ServerState {
         }
     }
 
-    /// The principal of a request (see [`super::auth`]): 401 when an authenticator is set and
-    /// the request's credentials are missing or wrong.
-    pub(crate) fn principal(&self, parts: &Parts) -> Result<Arc<str>, ServerError> {
-        match self.authenticator.as_ref() {
-            None => Ok(Arc::from(ANONYMOUS_PRINCIPAL)),
-            Some(authenticator) => authenticator
-                .authenticate(&parts.headers)
-                .ok_or(ServerError::Unauthorized),
+    /// The principal of a request (see [`super::auth`]).
+    pub(crate) async fn principal(&self, parts: &Parts) -> Result<Arc<str>, ServerError> {
+        Ok(self.credentials(parts).await?.principal)
+    }
+
+    /// What a request's credentials prove (see [`super::auth`]): refused, with the
+    /// authenticator's challenge, when an authenticator is set and they are missing, invalid
+    /// or without a scope every request needs. A token in the query string is refused
+    /// before the authenticator sees the request.
+    pub(crate) async fn credentials(&self, parts: &Parts) -> Result<Credentials, ServerError> {
+        let Some(authenticator) = self.authenticator.as_ref() else {
+            return Ok(Credentials::principal(Arc::from(ANONYMOUS_PRINCIPAL)));
+        };
+        let outcome = if query_carries_token(parts.uri.query()) {
+            Err(AuthFailure::InvalidToken("token_in_query"))
+        } else {
+            authenticator.authenticate(&parts.headers).await
+        };
+        outcome.map_err(|failure| self.refuse(authenticator.as_ref(), failure))
+    }
+
+    /// The scopes a `tools/call` of `tool` needs that `credentials` lack: 403 naming them.
+    pub(crate) fn authorize_tool(
+        &self,
+        credentials: &Credentials,
+        tool: &str,
+    ) -> Result<(), ServerError> {
+        let Some(authenticator) = self.authenticator.as_ref() else {
+            return Ok(());
+        };
+        let needed = authenticator.tool_scopes(tool);
+        if needed.is_empty() || credentials.missing_scopes(needed).is_empty() {
+            return Ok(());
+        }
+        // The challenge names every scope the call needs (2026-07-28: all at once), not only
+        // the missing ones, so a client re-authorizing with it ends up with all of them.
+        let failure = AuthFailure::InsufficientScope(needed.to_vec());
+        tracing::info!(%tool, principal = %credentials.principal, "tool call refused: scope missing");
+        Err(self.refuse(authenticator.as_ref(), failure))
+    }
+
+    /// `failure` as the refusal sent, counted.
+    fn refuse(&self, authenticator: &dyn Authenticator, failure: AuthFailure) -> ServerError {
+        self.metrics.auth_failure(failure.reason());
+        ServerError::Unauthorized {
+            challenge: authenticator.challenge(&failure),
+            failure,
         }
     }
 
