@@ -55,7 +55,7 @@ mod session;
 mod stream;
 mod task_handle;
 mod tasks;
-mod tls;
+pub(crate) mod tls;
 mod transport;
 
 use std::sync::atomic::Ordering;

@@ -63,7 +63,7 @@ pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-pub(super) fn ensure_crypto_provider() {
+pub(crate) fn ensure_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Fails only if another thread installed one meanwhile, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();

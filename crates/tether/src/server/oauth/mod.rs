@@ -1,0 +1,267 @@
+//! tether as an OAuth 2.1 protected resource (feature `oauth`): [`OAuthResource`], an
+//! [`Authenticator`] that accepts JWT access tokens issued for one canonical resource URI by
+//! the configured authorization servers, and the Protected Resource Metadata (RFC 9728) that
+//! tells clients where to get them.
+//!
+//! What the specification obliges, and where it is done: the metadata document
+//! ([`OAuthResource::resource_metadata`], served at `/.well-known/oauth-protected-resource`
+//! plus the endpoint's path and at the root, readable cross-origin); the 401 challenge naming
+//! it (`resource_metadata`, and `scope` when scopes are required), `error="invalid_token"` for
+//! a bad token, 403 `error="insufficient_scope"` naming every scope the operation needs
+//! ([`OAuthResource::challenge`]); tokens validated as issued for this resource (`aud`,
+//! RFC 8707) by one of these issuers, byte for byte (`token`); keys through the issuers'
+//! metadata and cached (`keys`); never a token from the query string (`super::auth`). The
+//! gateway never hands a client's token to a child: the token stays in the request headers,
+//! which the gateway does not forward.
+//!
+//! Not here yet: RFC 7662 introspection of opaque tokens.
+
+mod keys;
+mod token;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use http::HeaderMap;
+use serde_json::{Value, json};
+
+use self::keys::{IssuerKeys, KeyLookup};
+use self::token::Rejection;
+use super::auth::{AuthFailure, Authenticator, Credentials, bearer_challenge, presented_token};
+
+/// The default leeway on `exp` and `nbf`.
+pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
+
+/// The default least time between two fetches of an issuer's keys.
+pub const DEFAULT_REFETCH_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How tether checks access tokens.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct OAuthConfig {
+    /// The authorization servers whose tokens are accepted, as given (compared and listed byte
+    /// for byte).
+    pub issuers: Vec<String>,
+    /// The canonical URI of the MCP endpoint: what tokens must name in `aud`, and the
+    /// metadata's `resource`.
+    pub resource: String,
+    /// Scopes every request needs.
+    pub required_scopes: Vec<String>,
+    /// Scopes a `tools/call` of a tool needs besides the required ones.
+    pub tool_scopes: HashMap<String, Vec<String>>,
+    /// Leeway on `exp` and `nbf`.
+    pub leeway: Duration,
+    /// The least time between two fetches of one issuer's keys.
+    pub refetch_interval: Duration,
+}
+
+impl OAuthConfig {
+    /// Tokens of `issuers` for `resource`, with the default leeway and refetch interval.
+    #[must_use]
+    pub fn new(issuers: Vec<String>, resource: String) -> Self {
+        Self {
+            issuers,
+            resource,
+            required_scopes: Vec::new(),
+            tool_scopes: HashMap::new(),
+            leeway: DEFAULT_LEEWAY,
+            refetch_interval: DEFAULT_REFETCH_INTERVAL,
+        }
+    }
+}
+
+/// What is wrong with an [`OAuthConfig`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OAuthConfigError {
+    /// No issuer: no token could ever be accepted.
+    #[error("at least one issuer is needed")]
+    NoIssuer,
+    /// An issuer or the resource is not an `http` or `https` URL.
+    #[error("{what} {url:?} is not an http(s) URL without a query or fragment")]
+    NotAUrl {
+        /// Which one.
+        what: &'static str,
+        /// The value given.
+        url: String,
+    },
+    /// The HTTP client for the authorization servers could not be built.
+    #[error("cannot build the HTTP client for the authorization servers")]
+    Http(#[source] reqwest::Error),
+}
+
+/// An OAuth 2.1 resource server (module docs).
+#[derive(Debug)]
+pub struct OAuthResource {
+    config: OAuthConfig,
+    issuers: Vec<IssuerKeys>,
+    /// Per tool, the required scopes and the tool's own: what its challenge names.
+    tool_scopes: HashMap<String, Vec<String>>,
+    metadata_url: String,
+}
+
+impl OAuthResource {
+    /// A resource server for `config`; keys are fetched on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`OAuthConfigError`] for a configuration that could never accept a token.
+    pub fn new(config: OAuthConfig) -> Result<Self, OAuthConfigError> {
+        if config.issuers.is_empty() {
+            return Err(OAuthConfigError::NoIssuer);
+        }
+        for (what, url) in config
+            .issuers
+            .iter()
+            .map(|url| ("issuer", url))
+            .chain([("resource", &config.resource)])
+        {
+            let ok = (url.starts_with("https://") || url.starts_with("http://"))
+                && !url.contains(['?', '#']);
+            if !ok {
+                return Err(OAuthConfigError::NotAUrl {
+                    what,
+                    url: url.clone(),
+                });
+            }
+        }
+        crate::client::tls::ensure_crypto_provider();
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(OAuthConfigError::Http)?;
+        let issuers = config
+            .issuers
+            .iter()
+            .map(|issuer| IssuerKeys::new(issuer.clone(), http.clone(), config.refetch_interval))
+            .collect();
+        let tool_scopes = config
+            .tool_scopes
+            .iter()
+            .map(|(tool, own)| {
+                let mut all = config.required_scopes.clone();
+                all.extend(
+                    own.iter()
+                        .filter(|s| !config.required_scopes.contains(s))
+                        .cloned(),
+                );
+                (tool.clone(), all)
+            })
+            .collect();
+        let metadata_url = metadata_url(&config.resource);
+        Ok(Self {
+            config,
+            issuers,
+            tool_scopes,
+            metadata_url,
+        })
+    }
+
+    /// Where the metadata document is, for the resource: the well-known segment inserted
+    /// between the host and the path (RFC 9728 §3.1).
+    #[must_use]
+    pub fn metadata_url(&self) -> &str {
+        &self.metadata_url
+    }
+
+    async fn check(&self, token: &str) -> Result<Credentials, AuthFailure> {
+        let invalid = |rejection: Rejection| AuthFailure::InvalidToken(rejection.as_str());
+        let unverified = token::inspect(token).map_err(invalid)?;
+        let issuer = self
+            .issuers
+            .iter()
+            .find(|keys| keys.issuer() == unverified.issuer)
+            .ok_or(invalid(Rejection::Issuer))?;
+        let set = match issuer.lookup(unverified.kid.as_deref()).await {
+            KeyLookup::Found(set) => set,
+            KeyLookup::Unavailable => return Err(AuthFailure::Unavailable),
+        };
+        let key = token::key_for(&set, &unverified).map_err(invalid)?;
+        let leeway = self.config.leeway.as_secs();
+        let credentials = token::verify(token, &unverified, key, &self.config.resource, leeway)
+            .map_err(invalid)?;
+        let missing = credentials.missing_scopes(&self.config.required_scopes);
+        if !missing.is_empty() {
+            return Err(AuthFailure::InsufficientScope(
+                self.config.required_scopes.clone(),
+            ));
+        }
+        Ok(credentials)
+    }
+}
+
+#[async_trait]
+impl Authenticator for OAuthResource {
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Credentials, AuthFailure> {
+        let token = presented_token(headers)?;
+        let token =
+            std::str::from_utf8(token).map_err(|_| AuthFailure::InvalidToken("malformed"))?;
+        let outcome = self.check(token).await;
+        if let Err(failure) = &outcome {
+            // The token's issuer and key id, never the token.
+            let unverified = token::inspect(token).ok();
+            tracing::info!(
+                reason = failure.reason(),
+                iss = unverified.as_ref().map(|u| u.issuer.as_str()),
+                kid = unverified.as_ref().and_then(|u| u.kid.as_deref()),
+                "access token refused"
+            );
+        }
+        outcome
+    }
+
+    fn challenge(&self, failure: &AuthFailure) -> String {
+        let mut leading = vec![("resource_metadata", self.metadata_url.clone())];
+        if matches!(failure, AuthFailure::Missing) && !self.config.required_scopes.is_empty() {
+            leading.push(("scope", self.config.required_scopes.join(" ")));
+        }
+        bearer_challenge(failure, &leading)
+    }
+
+    fn tool_scopes(&self, tool: &str) -> &[String] {
+        self.tool_scopes.get(tool).map_or(&[], Vec::as_slice)
+    }
+
+    fn resource_metadata(&self) -> Option<Value> {
+        let mut scopes = self.config.required_scopes.clone();
+        for own in self.config.tool_scopes.values() {
+            scopes.extend(
+                own.iter()
+                    .filter(|s| !scopes.contains(s))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        Some(json!({
+            "resource": self.config.resource,
+            "authorization_servers": self.config.issuers,
+            "scopes_supported": scopes,
+            "bearer_methods_supported": ["header"],
+        }))
+    }
+}
+
+/// `resource`'s metadata URL: `https://host/.well-known/oauth-protected-resource/mcp` for
+/// `https://host/mcp`.
+fn metadata_url(resource: &str) -> String {
+    let (origin, path) = keys::split_origin(resource);
+    format!("{origin}/.well-known/oauth-protected-resource{path}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metadata_url_inserts_the_well_known_segment() {
+        assert_eq!(
+            metadata_url("https://mcp.example.com/mcp"),
+            "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
+        );
+        assert_eq!(
+            metadata_url("http://127.0.0.1:8080"),
+            "http://127.0.0.1:8080/.well-known/oauth-protected-resource"
+        );
+    }
+}
