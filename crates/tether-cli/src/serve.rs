@@ -42,6 +42,7 @@ use anyhow::{Context as _, bail};
 use tether::{
     demo::DemoHandler,
     gateway::{GatewayConfig, StdioGateway},
+    server::oauth::{OAuthConfig, OAuthResource},
     server::{Authenticator, BearerTokens, Eras, Handler, Server, ServerConfig},
     store::{StoreLimits, Stores, redis, sqlite},
 };
@@ -142,9 +143,48 @@ pub(crate) struct ServeArgs {
     session_idle_secs: u64,
 
     /// Require bearer tokens from this file: one `TOKEN` or `PRINCIPAL:TOKEN` per line; each
-    /// principal sees only its own sessions.
+    /// principal sees only its own sessions. Not with `--oauth-issuer`.
     #[arg(long, value_name = "FILE")]
     auth_token_file: Option<PathBuf>,
+
+    /// Protect the endpoint as an OAuth 2.1 resource: accept JWT access tokens this
+    /// authorization server issued for `--oauth-resource` (repeatable; kept exactly as given;
+    /// its keys found through RFC 8414 metadata, then OpenID discovery). The principal is the
+    /// token's `iss` and `sub`. Not with `--auth-token-file`.
+    #[arg(long = "oauth-issuer", value_name = "URL")]
+    oauth_issuers: Vec<String>,
+
+    /// The canonical URI clients use for this endpoint: tokens must name it in `aud`, and
+    /// the Protected Resource Metadata says it. Default: `http://<bound address><--path>`,
+    /// which is right only without a proxy in front; behind one, give the public URL.
+    #[arg(long, value_name = "URL", requires = "oauth_issuers")]
+    oauth_resource: Option<String>,
+
+    /// A scope every request's token needs (repeatable); a token without it gets 403 with
+    /// `error="insufficient_scope"`.
+    #[arg(long = "oauth-scope", value_name = "SCOPE", requires = "oauth_issuers")]
+    oauth_scopes: Vec<String>,
+
+    /// `TOOL=SCOPE`: a scope a `tools/call` of TOOL needs besides `--oauth-scope`'s
+    /// (repeatable); `tools/list` still lists the tool.
+    #[arg(
+        long = "oauth-tool-scope",
+        value_name = "TOOL=SCOPE",
+        requires = "oauth_issuers",
+        value_parser = parse_tool_scope
+    )]
+    oauth_tool_scopes: Vec<(String, String)>,
+
+    /// Seconds of clock skew allowed on a token's `exp` and `nbf` (at most 300).
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "oauth_issuers",
+          value_parser = clap::value_parser!(u64).range(0..=300))]
+    oauth_leeway_secs: u64,
+
+    /// The least seconds between two fetches of an issuer's keys, when a token names a key
+    /// the cache lacks (a rotation); a bound, so forged key ids cannot flood the issuer.
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "oauth_issuers",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    oauth_keys_refetch_secs: u64,
 
     /// Close long-lived stream connections after N seconds, with `retry` first; clients
     /// reconnect and resume (SEP-1699 polling, sessions on 2025-11-25).
@@ -334,6 +374,16 @@ fn parse_path(value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
+/// `TOOL=SCOPE` of `--oauth-tool-scope`.
+fn parse_tool_scope(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((tool, scope)) if !tool.is_empty() && !scope.is_empty() && !scope.contains(' ') => {
+            Ok((tool.to_owned(), scope.to_owned()))
+        }
+        _ => Err(format!("expected TOOL=SCOPE, got {value:?}")),
+    }
+}
+
 fn parse_eras(value: &str) -> Result<Eras, String> {
     value
         .parse()
@@ -349,15 +399,40 @@ fn parse_node_id(value: &str) -> Result<String, String> {
 }
 
 impl ServeArgs {
-    /// The bearer tokens of `--auth-token-file`, read before anything is bound.
-    fn authenticator(&self) -> Result<Option<Arc<dyn Authenticator>>, UsageError> {
+    /// The authentication these flags ask for: the bearer tokens of `--auth-token-file`,
+    /// read before anything is bound, or the OAuth resource server, built once the bound
+    /// address (the default resource) is known.
+    fn authentication(&self) -> Result<Authentication, UsageError> {
+        if !self.oauth_issuers.is_empty() {
+            if self.auth_token_file.is_some() {
+                return Err(UsageError(
+                    "--auth-token-file and --oauth-issuer are two ways to authenticate; give one"
+                        .to_owned(),
+                ));
+            }
+            let mut config = OAuthConfig::new(
+                self.oauth_issuers.clone(),
+                self.oauth_resource.clone().unwrap_or_default(),
+            );
+            config.required_scopes.clone_from(&self.oauth_scopes);
+            for (tool, scope) in &self.oauth_tool_scopes {
+                config
+                    .tool_scopes
+                    .entry(tool.clone())
+                    .or_default()
+                    .push(scope.clone());
+            }
+            config.leeway = Duration::from_secs(self.oauth_leeway_secs);
+            config.refetch_interval = Duration::from_secs(self.oauth_keys_refetch_secs);
+            return Ok(Authentication::OAuth(config));
+        }
         let Some(path) = &self.auth_token_file else {
-            return Ok(None);
+            return Ok(Authentication::None);
         };
         let tokens = BearerTokens::from_file(path)
             .map_err(|error| UsageError(format!("--auth-token-file: {error}")))?;
         info!(principals = ?tokens.principals(), "bearer authentication on");
-        Ok(Some(Arc::new(tokens)))
+        Ok(Authentication::Ready(Arc::new(tokens)))
     }
 
     /// The per-session caps and retention these flags set.
@@ -432,7 +507,7 @@ impl ServeArgs {
 
 /// Runs `tether serve` to completion: 0 after a graceful shutdown.
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let authenticator = args.authenticator()?;
+    let authentication = args.authentication()?;
     let config = args.server_config();
     let store = Store {
         spec: match args.store.clone() {
@@ -453,7 +528,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (handler, serving) = args.handler();
     let served = Served {
         handler,
-        authenticator,
+        authentication,
         description: serving,
     };
     let result = runtime.block_on(serve(&args.bind, config, &store, served));
@@ -484,7 +559,8 @@ fn default_database() -> anyhow::Result<PathBuf> {
 async fn build_server(
     store: &Store,
     config: ServerConfig,
-    served: Served,
+    handler: Arc<dyn Handler>,
+    authenticator: Option<Arc<dyn Authenticator>>,
 ) -> anyhow::Result<Server> {
     let limits = store.bounds.clone();
     let stores = match &store.spec {
@@ -510,10 +586,8 @@ async fn build_server(
                 .with_context(|| format!("opening the store {url}"))?
         }
     };
-    let mut builder = Server::builder(served.handler)
-        .stores(stores)
-        .config(config);
-    if let Some(authenticator) = served.authenticator {
+    let mut builder = Server::builder(handler).stores(stores).config(config);
+    if let Some(authenticator) = authenticator {
         builder = builder.auth(authenticator);
     }
     // Answers the requests a killed predecessor left unanswered before the ready line.
@@ -539,10 +613,41 @@ struct Store {
     durability: sqlite::Durability,
 }
 
+/// Who may send requests.
+enum Authentication {
+    /// Anyone.
+    None,
+    /// An authenticator built from the flags alone.
+    Ready(Arc<dyn Authenticator>),
+    /// The OAuth resource server; an empty `resource` is the bound endpoint's URL.
+    OAuth(OAuthConfig),
+}
+
+impl Authentication {
+    /// The authenticator, for the endpoint at `url`.
+    fn build(self, url: &str) -> anyhow::Result<Option<Arc<dyn Authenticator>>> {
+        Ok(match self {
+            Self::None => None,
+            Self::Ready(authenticator) => Some(authenticator),
+            Self::OAuth(mut config) => {
+                if config.resource.is_empty() {
+                    url.clone_into(&mut config.resource);
+                }
+                let issuers = config.issuers.clone();
+                let resource = config.resource.clone();
+                let oauth =
+                    OAuthResource::new(config).map_err(|error| UsageError(error.to_string()))?;
+                info!(?issuers, %resource, metadata = oauth.metadata_url(), "OAuth resource server on");
+                Some(Arc::new(oauth))
+            }
+        })
+    }
+}
+
 /// What answers the requests, and who may send them.
 struct Served {
     handler: Arc<dyn Handler>,
-    authenticator: Option<Arc<dyn Authenticator>>,
+    authentication: Authentication,
     /// How the log names the handler.
     description: String,
 }
@@ -570,7 +675,8 @@ async fn serve(
     }
     let url = endpoint_url(local, &config.path);
     let description = served.description.clone();
-    let server = build_server(store, config, served).await?;
+    let authenticator = served.authentication.build(&url)?;
+    let server = build_server(store, config, served.handler, authenticator).await?;
     announce(&url)?;
     info!(%url, store = %describe(&store.spec), serving = %description, "tether serve ready");
 
