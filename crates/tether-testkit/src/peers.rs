@@ -300,6 +300,18 @@ pub fn ts_server() -> anyhow::Result<ServerSpec> {
     node_program("ts/server.mjs").map(server_spec)
 }
 
+/// `interop/oauth/mock-as.mjs` for the launcher: an authorization server (oauth2-mock-server
+/// 9.3.0) on loopback, printing `as: serving http://127.0.0.1:PORT` (its issuer), with a
+/// fresh RS256 key at every start; its `/token` issues what the request asks for (the
+/// script's header says how).
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn oauth_mock_as() -> anyhow::Result<ServerSpec> {
+    node_program("oauth/mock-as.mjs").map(server_spec)
+}
+
 /// `interop/ts/server-2026.mjs` for the launcher: the TypeScript SDK v2 server
 /// (`@modelcontextprotocol/server` 2.3.1) with the `count` tool, in the era `era` names:
 /// `legacy` (2025-11-25 sessions, an event store, `retry` 500 ms), `modern` (2026-07-28 only,

@@ -16,6 +16,7 @@ mod eras;
 mod gateway_faults;
 mod gateway_modern;
 mod gateway_peers;
+mod oauth;
 mod restart;
 mod sdk_matrix;
 mod sdk_matrix_modern;

@@ -1,0 +1,560 @@
+//! `tether serve --oauth-issuer URL`: tether as an OAuth 2.1 protected resource, against a real
+//! authorization server (oauth2-mock-server, installed by `scripts/peers.sh`) on loopback.
+//! What the specification obliges, one test each:
+//!
+//! - Protected Resource Metadata at the path-suffixed and the root well-known URI, with
+//!   `resource` and `authorization_servers` exactly as configured, readable cross-origin;
+//! - no token: 401 with `resource_metadata` (and the required `scope`); a token in the query
+//!   string: refused;
+//! - hostile tokens (`alg: none`, HS256 keyed with the public key, a tampered payload, another
+//!   audience, another issuer, an unknown key, expired, not yet valid, no `exp`, oversized,
+//!   malformed): 401 `invalid_token` each, nothing served, and counted by reason;
+//! - the issuer's tokens accepted in both eras (`tether call`, legacy and auto), the principal
+//!   being `iss` + `sub`: another subject's token cannot use the first one's session;
+//! - step-up: a tool that needs a scope the token lacks is 403 `insufficient_scope` naming every
+//!   scope the call needs; with it, the call runs;
+//! - key rotation: after the authorization server switches keys, new tokens are accepted after
+//!   one refetch and tokens of the old key are refused.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tether_testkit::launcher::{ServerProcess, ServerSpec, tether_bin};
+use tether_testkit::peers;
+use tether_testkit::raw::{RawClient, RawRequest, Transcript};
+
+/// The scope every request needs.
+const SCOPE: &str = "mcp";
+
+/// The scope `count` needs besides it.
+const COUNT_SCOPE: &str = "count:run";
+
+/// The authorization server, on a port of its own.
+async fn authorization_server() -> anyhow::Result<ServerProcess> {
+    Ok(peers::oauth_mock_as()?.start().await?)
+}
+
+/// `tether serve --demo count` protected by `issuer`'s tokens.
+async fn protected(issuer: &str) -> anyhow::Result<ServerProcess> {
+    Ok(ServerSpec::tether_serve()?
+        .args([
+            "--demo",
+            "count",
+            "--store",
+            "memory",
+            "--oauth-issuer",
+            issuer,
+        ])
+        .args(["--oauth-scope", SCOPE, "--oauth-tool-scope"])
+        .arg(format!("count={COUNT_SCOPE}"))
+        .args(["--oauth-keys-refetch-secs", "1"])
+        .env("RUST_LOG", "info")
+        .start()
+        .await?)
+}
+
+/// A token from `issuer` for `resource` with `scope`, its payload changed by `claims` (a null
+/// removes a claim) and its header by `header`.
+async fn token(
+    issuer: &str,
+    resource: &str,
+    scope: &str,
+    claims: &Value,
+    header: &Value,
+) -> anyhow::Result<String> {
+    let form = [
+        ("grant_type", "client_credentials".to_owned()),
+        ("resource", resource.to_owned()),
+        ("scope", scope.to_owned()),
+        ("claims", claims.to_string()),
+        ("header", header.to_string()),
+    ]
+    .iter()
+    .map(|(name, value)| format!("{name}={}", urlencode(value)))
+    .collect::<Vec<_>>()
+    .join("&");
+    let client = RawClient::new(&format!("{issuer}/token"))?;
+    let request = RawRequest::new("POST", "/token")
+        .header("host", authority(issuer))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form);
+    let answer = client.send(&request).await?.read_to_end().await?;
+    ensure!(answer.status == 200, "token endpoint: {answer:?}");
+    let body: Value = serde_json::from_slice(&answer.body)?;
+    body["access_token"]
+        .as_str()
+        .map(str::to_owned)
+        .context("an access_token")
+}
+
+/// `HOST:PORT` of an `http://HOST:PORT[/…]` URL.
+fn authority(url: &str) -> &str {
+    let rest = url.trim_start_matches("http://");
+    rest.split('/').next().unwrap_or(rest)
+}
+
+fn urlencode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "oauth-test", "version": "0"}}})
+}
+
+/// POSTs `initialize` with `token` (none: no header).
+async fn post_initialize(url: &str, token: Option<&str>) -> anyhow::Result<Transcript> {
+    let mut client = RawClient::new(url)?;
+    if let Some(token) = token {
+        client = client.with_bearer_token(token);
+    }
+    client
+        .send(&client.request("POST").json(&initialize()))
+        .await?
+        .read_to_end()
+        .await
+}
+
+fn challenge(transcript: &Transcript) -> String {
+    transcript
+        .headers
+        .get("www-authenticate")
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn metadata_url(server: &ServerProcess) -> String {
+    format!(
+        "http://{}/.well-known/oauth-protected-resource/mcp",
+        server.addr()
+    )
+}
+
+/// `tether call URL count` with `token`; its output and whether it succeeded.
+async fn tether_call(url: &str, token: &str, protocol: &str) -> anyhow::Result<(bool, String)> {
+    let dir = TempDir::new()?;
+    let file = dir.path().join("token");
+    std::fs::write(&file, token)?;
+    let output = tokio::process::Command::new(tether_bin()?)
+        .args([
+            "call",
+            url,
+            "count",
+            "--args",
+            r#"{"n": 3}"#,
+            "--protocol",
+            protocol,
+        ])
+        .arg("--bearer-token-file")
+        .arg(&file)
+        .output()
+        .await?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok((output.status.success(), text))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_and_the_challenge_point_clients_to_the_authorization_server()
+-> anyhow::Result<()> {
+    let issuer = authorization_server().await?;
+    let server = protected(issuer.url()).await?;
+    let resource = server.url().to_owned();
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let client = RawClient::new(&resource)?;
+        let answer = client
+            .send(
+                &RawRequest::new("GET", path)
+                    .header("host", authority(&resource))
+                    .header("origin", "https://inspector.example"),
+            )
+            .await?
+            .read_to_end()
+            .await?;
+        ensure!(answer.status == 200, "{path}: {answer:?}");
+        ensure!(
+            answer.headers.get("access-control-allow-origin") == Some("*"),
+            "{path}: readable cross-origin: {answer:?}"
+        );
+        let document: Value = serde_json::from_slice(&answer.body)?;
+        ensure!(document["resource"] == resource.as_str(), "{document}");
+        ensure!(
+            document["authorization_servers"] == json!([issuer.url()]),
+            "the issuer exactly as given: {document}"
+        );
+        ensure!(
+            document["scopes_supported"] == json!([SCOPE, COUNT_SCOPE]),
+            "{document}"
+        );
+        ensure!(
+            document["bearer_methods_supported"] == json!(["header"]),
+            "{document}"
+        );
+    }
+    let answer = post_initialize(&resource, None).await?;
+    ensure!(answer.status == 401, "{answer:?}");
+    ensure!(
+        challenge(&answer)
+            == format!(
+                r#"Bearer resource_metadata="{}", scope="{SCOPE}""#,
+                metadata_url(&server)
+            ),
+        "{answer:?}"
+    );
+    // A good token, but in the query string: refused.
+    let good = token(issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?;
+    let client = RawClient::new(&resource)?;
+    let in_query = client
+        .send(
+            &RawRequest::new("POST", &format!("/mcp?access_token={good}"))
+                .header("host", authority(&resource))
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .json(&initialize()),
+        )
+        .await?
+        .read_to_end()
+        .await?;
+    ensure!(
+        in_query.status == 401 && challenge(&in_query).contains(r#"error="invalid_token""#),
+        "{in_query:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_tokens_are_refused_as_invalid_and_counted() -> anyhow::Result<()> {
+    let issuer = authorization_server().await?;
+    let other_issuer = authorization_server().await?;
+    let server = protected(issuer.url()).await?;
+    let resource = server.url().to_owned();
+    let good = token(issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let parts: Vec<&str> = good.split('.').collect();
+    let header: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[0])?)?;
+    let payload: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1])?)?;
+    let encode = |value: &Value| URL_SAFE_NO_PAD.encode(value.to_string());
+    // HS256 keyed with the issuer's public key, as the classic confusion attack does.
+    let jwks = RawClient::new(issuer.url())?
+        .send(&RawRequest::new("GET", "/jwks").header("host", authority(issuer.url())))
+        .await?
+        .read_to_end()
+        .await?;
+    let hs_header = json!({"alg": "HS256", "typ": "JWT", "kid": header["kid"]});
+    let hs_input = format!("{}.{}", encode(&hs_header), parts[1]);
+    let hs_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &jwks.body);
+    let hs_signature = URL_SAFE_NO_PAD.encode(ring::hmac::sign(&hs_key, hs_input.as_bytes()));
+    let mut tampered = payload.clone();
+    tampered["sub"] = json!("someone-else");
+    let mut unknown_kid = header.clone();
+    unknown_kid["kid"] = json!("not-a-key-of-the-issuer");
+
+    let hostile: Vec<(&str, String)> = vec![
+        (
+            "alg none",
+            format!(
+                "{}.{}.",
+                encode(&json!({"alg": "none", "typ": "JWT"})),
+                parts[1]
+            ),
+        ),
+        (
+            "HS256 with the public key",
+            format!("{hs_input}.{hs_signature}"),
+        ),
+        (
+            "a tampered payload",
+            format!("{}.{}.{}", parts[0], encode(&tampered), parts[2]),
+        ),
+        (
+            "an unknown key",
+            format!("{}.{}.{}", encode(&unknown_kid), parts[1], parts[2]),
+        ),
+        (
+            "another audience",
+            token(
+                issuer.url(),
+                "http://127.0.0.1:1/mcp",
+                SCOPE,
+                &json!({}),
+                &json!({}),
+            )
+            .await?,
+        ),
+        (
+            "another issuer",
+            token(other_issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?,
+        ),
+        (
+            "expired",
+            token(
+                issuer.url(),
+                &resource,
+                SCOPE,
+                &json!({"exp": now - 600, "iat": now - 1200, "nbf": now - 1200}),
+                &json!({}),
+            )
+            .await?,
+        ),
+        (
+            "not yet valid",
+            token(
+                issuer.url(),
+                &resource,
+                SCOPE,
+                &json!({"nbf": now + 600}),
+                &json!({}),
+            )
+            .await?,
+        ),
+        (
+            "without exp",
+            token(
+                issuer.url(),
+                &resource,
+                SCOPE,
+                &json!({"exp": null}),
+                &json!({}),
+            )
+            .await?,
+        ),
+        (
+            "a typ that is not an access token",
+            token(
+                issuer.url(),
+                &resource,
+                SCOPE,
+                &json!({}),
+                &json!({"typ": "dpop+jwt"}),
+            )
+            .await?,
+        ),
+        ("oversized", format!("{good}{}", "A".repeat(20_000))),
+        ("malformed", "not.a.jwt".to_owned()),
+        ("two parts", format!("{}.{}", parts[0], parts[1])),
+    ];
+    for (what, hostile) in &hostile {
+        let answer = post_initialize(&resource, Some(hostile)).await?;
+        ensure!(
+            answer.status == 401,
+            "{what}: status {} {:?}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body)
+        );
+        ensure!(
+            challenge(&answer)
+                == format!(
+                    r#"Bearer resource_metadata="{}", error="invalid_token""#,
+                    metadata_url(&server)
+                ),
+            "{what}: {answer:?}"
+        );
+        ensure!(
+            answer.headers.get("mcp-session-id").is_none(),
+            "{what}: nothing served"
+        );
+        let body: Value = serde_json::from_slice(&answer.body)?;
+        ensure!(body["error"]["code"] == -32600, "{what}: {body}");
+    }
+    // The genuine token, after all that, works; `typ` `at+jwt` too.
+    for header in [json!({}), json!({"typ": "at+jwt"})] {
+        let genuine = token(issuer.url(), &resource, SCOPE, &json!({}), &header).await?;
+        let answer = post_initialize(&resource, Some(&genuine)).await?;
+        ensure!(answer.status == 200, "{header}: {answer:?}");
+    }
+    let metrics = RawClient::new(&resource)?
+        .with_bearer_token(&good)
+        .send(
+            &RawRequest::new("GET", "/metrics")
+                .header("host", authority(&resource))
+                .header("authorization", &format!("Bearer {good}")),
+        )
+        .await?
+        .read_to_end()
+        .await?;
+    let text = String::from_utf8_lossy(&metrics.body);
+    for reason in [
+        "algorithm",
+        "bad_signature",
+        "unknown_key",
+        "audience",
+        "issuer",
+        "expired",
+        "not_yet_valid",
+        "missing_claim",
+        "type",
+        "malformed",
+    ] {
+        ensure!(
+            text.contains(&format!(
+                "tether_auth_failures_total{{reason=\"{reason}\"}}"
+            )),
+            "{reason} counted:\n{text}"
+        );
+    }
+    ensure!(
+        !server.logs().contains(&good),
+        "the log never holds a token"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issued_tokens_serve_both_eras_with_step_up_and_principals_apart() -> anyhow::Result<()> {
+    let issuer = authorization_server().await?;
+    let server = protected(issuer.url()).await?;
+    let resource = server.url().to_owned();
+    let base = token(issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?;
+    let both = format!("{SCOPE} {COUNT_SCOPE}");
+    let full = token(issuer.url(), &resource, &both, &json!({}), &json!({})).await?;
+    for protocol in ["legacy", "auto"] {
+        // Without the tool's scope: 403 naming every scope the call needs.
+        let (ok, output) = tether_call(&resource, &base, protocol).await?;
+        ensure!(!ok, "{protocol}: refused: {output}");
+        ensure!(
+            output.contains("403") && output.contains(&format!("needs {both}")),
+            "{protocol}: {output}"
+        );
+        // With it: the call runs.
+        let (ok, output) = tether_call(&resource, &full, protocol).await?;
+        ensure!(ok, "{protocol}: {output}");
+        ensure!(output.contains("counted 3"), "{protocol}: {output}");
+    }
+    let client = RawClient::new(&resource)?.with_bearer_token(&base);
+    // The same refusal to a 2026-07-28 request, with the challenge a client steps up with.
+    let step_up = client
+        .exchange(&client.modern(
+            2,
+            "tools/call",
+            json!({"name": "count", "arguments": {"n": 1}}),
+            json!({}),
+        ))
+        .await?;
+    ensure!(step_up.status == 403, "{step_up:?}");
+    ensure!(
+        challenge(&step_up)
+            == format!(
+                r#"Bearer resource_metadata="{}", error="insufficient_scope", scope="{both}""#,
+                metadata_url(&server)
+            ),
+        "{step_up:?}"
+    );
+    // Another subject of the same issuer cannot use the first one's session.
+    let started = post_initialize(&resource, Some(&full)).await?;
+    let session = started
+        .headers
+        .get("mcp-session-id")
+        .context("a session")?
+        .to_owned();
+    let mallory = token(
+        issuer.url(),
+        &resource,
+        &both,
+        &json!({"sub": "mallory"}),
+        &json!({}),
+    )
+    .await?;
+    let mut intruder = RawClient::new(&resource)?.with_bearer_token(&mallory);
+    intruder.set_session_id(Some(session.clone()));
+    let get = intruder
+        .send(&intruder.request("GET"))
+        .await?
+        .read_to_end()
+        .await?;
+    ensure!(
+        get.status == 404,
+        "another principal's session is unknown: {get:?}"
+    );
+    let delete = intruder
+        .send(&intruder.request("DELETE"))
+        .await?
+        .read_to_end()
+        .await?;
+    ensure!(delete.status == 404, "{delete:?}");
+    let mut owner = RawClient::new(&resource)?.with_bearer_token(&full);
+    owner.set_session_id(Some(session));
+    let delete = owner
+        .send(&owner.request("DELETE"))
+        .await?
+        .read_to_end()
+        .await?;
+    ensure!(
+        delete.status == 200,
+        "the owner's session still there: {delete:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_rotation_takes_one_refetch_and_retires_the_old_key() -> anyhow::Result<()> {
+    let mut issuer = authorization_server().await?;
+    let server = protected(issuer.url()).await?;
+    let resource = server.url().to_owned();
+    let old = token(issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?;
+    ensure!(post_initialize(&resource, Some(&old)).await?.status == 200);
+    // A fresh key at every start: the server rotates its keys.
+    issuer.restart().await?;
+    let new = token(issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?;
+    ensure!(
+        post_initialize(&resource, Some(&old)).await?.status == 200,
+        "the cached old key still verifies until the set is fetched again"
+    );
+    // Past the refetch interval, the new key's token makes tether fetch the set once.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let answer = post_initialize(&resource, Some(&new)).await?;
+    ensure!(
+        answer.status == 200,
+        "the new key after one refetch: {answer:?}"
+    );
+    let answer = post_initialize(&resource, Some(&old)).await?;
+    ensure!(
+        answer.status == 401 && challenge(&answer).contains("invalid_token"),
+        "the old key is gone: {answer:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn oauth_and_a_token_file_together_are_a_usage_error() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "alice:s3cret-token\n")?;
+    let output = tokio::process::Command::new(tether_bin()?)
+        .args([
+            "serve",
+            "--oauth-issuer",
+            "http://127.0.0.1:9",
+            "--auth-token-file",
+        ])
+        .arg(&file)
+        .output()
+        .await?;
+    ensure!(output.status.code() == Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure!(
+        stderr.contains("--auth-token-file") && stderr.contains("--oauth-issuer"),
+        "{stderr}"
+    );
+    Ok(())
+}
