@@ -14,7 +14,10 @@
 //! - step-up: a tool that needs a scope the token lacks is 403 `insufficient_scope` naming every
 //!   scope the call needs; with it, the call runs;
 //! - key rotation: after the authorization server switches keys, new tokens are accepted after
-//!   one refetch and tokens of the old key are refused.
+//!   one refetch and tokens of the old key are refused;
+//! - an issuer that cannot be reached before its keys were loaded: 503, then accepted once back;
+//! - a protected `count` call through a fault proxy's cuts, in both eras, on memory and SQLite:
+//!   every progress event once, in order.
 
 use std::time::Duration;
 
@@ -40,12 +43,17 @@ async fn authorization_server() -> anyhow::Result<ServerProcess> {
 
 /// `tether serve --demo count` protected by `issuer`'s tokens.
 async fn protected(issuer: &str) -> anyhow::Result<ServerProcess> {
+    protected_on(issuer, "memory").await
+}
+
+/// [`protected`] on `store`.
+async fn protected_on(issuer: &str, store: &str) -> anyhow::Result<ServerProcess> {
     Ok(ServerSpec::tether_serve()?
         .args([
             "--demo",
             "count",
             "--store",
-            "memory",
+            store,
             "--oauth-issuer",
             issuer,
         ])
@@ -145,19 +153,22 @@ fn metadata_url(server: &ServerProcess) -> String {
 
 /// `tether call URL count` with `token`; its output and whether it succeeded.
 async fn tether_call(url: &str, token: &str, protocol: &str) -> anyhow::Result<(bool, String)> {
+    tether_call_with(url, token, protocol, &["--args", r#"{"n": 3}"#]).await
+}
+
+/// [`tether_call`] with other flags.
+async fn tether_call_with(
+    url: &str,
+    token: &str,
+    protocol: &str,
+    flags: &[&str],
+) -> anyhow::Result<(bool, String)> {
     let dir = TempDir::new()?;
     let file = dir.path().join("token");
     std::fs::write(&file, token)?;
     let output = tokio::process::Command::new(tether_bin()?)
-        .args([
-            "call",
-            url,
-            "count",
-            "--args",
-            r#"{"n": 3}"#,
-            "--protocol",
-            protocol,
-        ])
+        .args(["call", url, "count", "--protocol", protocol])
+        .args(flags)
         .arg("--bearer-token-file")
         .arg(&file)
         .output()
@@ -555,6 +566,81 @@ async fn oauth_and_a_token_file_together_are_a_usage_error() -> anyhow::Result<(
     ensure!(
         stderr.contains("--auth-token-file") && stderr.contains("--oauth-issuer"),
         "{stderr}"
+    );
+    Ok(())
+}
+
+/// A call through cuts with a token: every progress event once, in order, in both eras, on
+/// the memory and SQLite stores (each resume is authenticated like the first request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protected_call_resumes_through_cuts_exactly_once() -> anyhow::Result<()> {
+    use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
+    const N: u64 = 150;
+    let issuer = authorization_server().await?;
+    let dir = TempDir::new()?;
+    let sqlite = format!("sqlite:{}", dir.path().join("oauth.db").display());
+    for store in ["memory", sqlite.as_str()] {
+        let server = protected_on(issuer.url(), store).await?;
+        let resource = server.url().to_owned();
+        let scopes = format!("{SCOPE} {COUNT_SCOPE}");
+        let token = token(issuer.url(), &resource, &scopes, &json!({}), &json!({})).await?;
+        for protocol in ["legacy", "auto"] {
+            let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1000));
+            let proxy = FaultProxy::start(server.addr(), plan).await?;
+            let arguments = format!(r#"{{"n": {N}, "interval_ms": 2}}"#);
+            let (ok, output) = tether_call_with(
+                &proxy.url_for("/mcp"),
+                &token,
+                protocol,
+                &["--args", &arguments, "--json"],
+            )
+            .await?;
+            let context = format!("{store} {protocol}: {}\n{output}", proxy.report());
+            ensure!(ok, "{context}");
+            let messages: Vec<Value> = output
+                .lines()
+                .filter_map(|line| serde_json::from_str(line).ok())
+                .collect();
+            let progress: Vec<u64> = messages
+                .iter()
+                .filter(|m| m["method"] == "notifications/progress")
+                .filter_map(|m| m["params"]["progress"].as_u64())
+                .collect();
+            ensure!(
+                progress == (1..=N).collect::<Vec<_>>(),
+                "once each, in order: {context}"
+            );
+            ensure!(
+                messages
+                    .iter()
+                    .any(|m| m["result"]["content"][0]["text"] == format!("counted {N}")),
+                "{context}"
+            );
+            ensure!(proxy.counters().cuts >= 1, "no cut: {context}");
+        }
+    }
+    Ok(())
+}
+
+/// An authorization server that cannot be reached before any key was loaded: 503 with
+/// `Retry-After`, never a hang or a crash; once it is back, tokens are accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_issuer_is_a_503_until_it_is_back() -> anyhow::Result<()> {
+    let mut issuer = authorization_server().await?;
+    let server = protected(issuer.url()).await?;
+    let resource = server.url().to_owned();
+    let early = token(issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?;
+    issuer.kill().await?;
+    let answer = post_initialize(&resource, Some(&early)).await?;
+    ensure!(answer.status == 503, "{answer:?}");
+    ensure!(answer.headers.get("retry-after").is_some(), "{answer:?}");
+    issuer.restart().await?;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let fresh = token(issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?;
+    let answer = post_initialize(&resource, Some(&fresh)).await?;
+    ensure!(
+        answer.status == 200,
+        "accepted once the issuer is back: {answer:?}"
     );
     Ok(())
 }

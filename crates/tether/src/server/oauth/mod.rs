@@ -30,6 +30,9 @@ use self::keys::{IssuerKeys, KeyLookup};
 use self::token::Rejection;
 use super::auth::{AuthFailure, Authenticator, Credentials, bearer_challenge, presented_token};
 
+/// The scope that asks for a refresh token, which a resource server does not advertise.
+const OFFLINE_ACCESS: &str = "offline_access";
+
 /// The default leeway on `exp` and `nbf`.
 pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
 
@@ -233,6 +236,8 @@ impl Authenticator for OAuthResource {
                     .collect::<Vec<_>>(),
             );
         }
+        // 2026-07-28: `offline_access` is the client's to ask for, never advertised.
+        scopes.retain(|scope| scope != OFFLINE_ACCESS);
         Some(json!({
             "resource": self.config.resource,
             "authorization_servers": self.config.issuers,
