@@ -50,17 +50,13 @@ impl Credentials {
         }
     }
 
-    /// Those of `needed` these credentials were not granted (none when they are not scoped).
+    /// Whether these credentials were granted every scope of `needed` (always, when they are
+    /// not scoped).
     #[must_use]
-    pub fn missing_scopes(&self, needed: &[String]) -> Vec<String> {
-        match &self.scopes {
-            None => Vec::new(),
-            Some(granted) => needed
-                .iter()
-                .filter(|scope| !granted.contains(scope))
-                .cloned()
-                .collect(),
-        }
+    pub fn grants(&self, needed: &[String]) -> bool {
+        self.scopes
+            .as_deref()
+            .is_none_or(|granted| needed.iter().all(|scope| granted.contains(scope)))
     }
 }
 
@@ -364,6 +360,20 @@ mod tests {
             !format!("{tokens:?}").contains("s3cret"),
             "Debug hides tokens"
         );
+    }
+
+    #[test]
+    fn scoped_credentials_grant_only_what_they_hold_and_unscoped_ones_everything() {
+        let needed = ["a".to_owned(), "b".to_owned()];
+        let mut credentials = Credentials::principal(Arc::from("p"));
+        assert!(
+            credentials.grants(&needed),
+            "a token file's principal is not scoped"
+        );
+        credentials.scopes = Some(Arc::from(vec!["a".to_owned()]));
+        assert!(!credentials.grants(&needed));
+        assert!(credentials.grants(&needed[..1]));
+        assert!(credentials.grants(&[]));
     }
 
     #[test]

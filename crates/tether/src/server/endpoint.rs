@@ -53,7 +53,6 @@ use tether_proto::jsonrpc::{
 use tether_proto::modern::{Era, MCP_METHOD, MCP_NAME, RequestHeaders, era_of};
 use tether_proto::version::{Eras, ProtocolVersion, check_header, negotiate};
 
-use super::auth::Credentials;
 use super::context::SessionContext;
 use super::dispatch::{self, Recipient};
 use super::error::{ResumeRefusal, ServerError};
@@ -218,7 +217,7 @@ pub(crate) async fn post(
     let accept = accept_value(&parts.headers);
     let eras = config.eras;
     if let Some(message) = modern_message(&parts.headers, &bytes, eras)? {
-        authorize_tools(&state, &credentials, std::slice::from_ref(&message))?;
+        state.authorize_calls(&credentials, std::slice::from_ref(&message))?;
         let headers = RequestHeaders {
             protocol_version: header_str(&parts.headers, MCP_PROTOCOL_VERSION),
             method: header_str(&parts.headers, MCP_METHOD),
@@ -292,12 +291,11 @@ pub(crate) async fn post(
         }
         body => body,
     };
-    match &body {
-        RpcBody::Single(message) => {
-            authorize_tools(&state, &credentials, std::slice::from_ref(message))?;
-        }
-        RpcBody::Batch(messages) => authorize_tools(&state, &credentials, messages)?,
-    }
+    let messages = match &body {
+        RpcBody::Single(message) => std::slice::from_ref(message),
+        RpcBody::Batch(messages) => messages.as_slice(),
+    };
+    state.authorize_calls(&credentials, messages)?;
     let is_batch = matches!(body, RpcBody::Batch(_));
     match (runtime, home_node) {
         (Some(runtime), _) => {
@@ -325,28 +323,6 @@ pub(crate) async fn post(
         }
         (None, None) => unreachable!("a session runs here or on another node"),
     }
-}
-
-/// 403 when a `tools/call` among `messages` names a tool that needs scopes `credentials`
-/// lack (docs/CONTRACTS.md#oauth-scopes); `tools/list` still lists it.
-fn authorize_tools(
-    state: &ServerState,
-    credentials: &Credentials,
-    messages: &[Message],
-) -> Result<(), ServerError> {
-    for message in messages {
-        if let Message::Request(request) = message
-            && request.method == "tools/call"
-            && let Some(tool) = request
-                .params
-                .as_ref()
-                .and_then(|params| params.get("name"))
-                .and_then(Value::as_str)
-        {
-            state.authorize_tool(credentials, tool)?;
-        }
-    }
-    Ok(())
 }
 
 /// The message of a 2026-07-28 POST, or `None` for a legacy one (docs/CONTRACTS.md#planned-eras):

@@ -14,6 +14,7 @@ use http::HeaderValue;
 use http::request::Parts;
 use tether_proto::headers::{ResponseKind, server_accepts};
 use tether_proto::ids::{SessionId, StreamId};
+use tether_proto::jsonrpc::Message;
 use tether_proto::sse_writer::WriterConfig;
 use tether_proto::version::ProtocolVersion;
 use tokio_util::sync::CancellationToken;
@@ -135,24 +136,37 @@ impl ServerState {
         outcome.map_err(|failure| self.refuse(authenticator.as_ref(), failure))
     }
 
-    /// The scopes a `tools/call` of `tool` needs that `credentials` lack: 403 naming them.
-    pub(crate) fn authorize_tool(
+    /// 403 when a `tools/call` among `messages` names a tool that needs scopes `credentials`
+    /// lack (docs/CONTRACTS.md#oauth-scopes); `tools/list` still lists it. Nothing is looked
+    /// at without an authenticator.
+    pub(crate) fn authorize_calls(
         &self,
         credentials: &Credentials,
-        tool: &str,
+        messages: &[Message],
     ) -> Result<(), ServerError> {
         let Some(authenticator) = self.authenticator.as_ref() else {
             return Ok(());
         };
-        let needed = authenticator.tool_scopes(tool);
-        if needed.is_empty() || credentials.missing_scopes(needed).is_empty() {
-            return Ok(());
+        for message in messages {
+            let Message::Request(request) = message else {
+                continue;
+            };
+            let tool = (request.method == "tools/call")
+                .then(|| request.params.as_ref()?.get("name")?.as_str())
+                .flatten();
+            let Some(tool) = tool else {
+                continue;
+            };
+            let needed = authenticator.tool_scopes(tool);
+            if !credentials.grants(needed) {
+                // The challenge names every scope the call needs (2026-07-28: all at once),
+                // not only the missing ones, so a client re-authorizing with it has them all.
+                tracing::info!(%tool, principal = %credentials.principal, "tool call refused: scope missing");
+                let failure = AuthFailure::InsufficientScope(needed.to_vec());
+                return Err(self.refuse(authenticator.as_ref(), failure));
+            }
         }
-        // The challenge names every scope the call needs (2026-07-28: all at once), not only
-        // the missing ones, so a client re-authorizing with it ends up with all of them.
-        let failure = AuthFailure::InsufficientScope(needed.to_vec());
-        tracing::info!(%tool, principal = %credentials.principal, "tool call refused: scope missing");
-        Err(self.refuse(authenticator.as_ref(), failure))
+        Ok(())
     }
 
     /// `failure` as the refusal sent, counted.

@@ -27,7 +27,7 @@ use http::HeaderMap;
 use serde_json::{Value, json};
 
 use self::keys::{IssuerKeys, KeyLookup};
-use self::token::Rejection;
+use self::token::{Rejection, Unverified};
 use super::auth::{AuthFailure, Authenticator, Credentials, bearer_challenge, presented_token};
 
 /// The scope that asks for a refresh token, which a resource server does not advertise.
@@ -102,6 +102,8 @@ pub struct OAuthResource {
     /// Per tool, the required scopes and the tool's own: what its challenge names.
     tool_scopes: HashMap<String, Vec<String>>,
     metadata_url: String,
+    /// The Protected Resource Metadata document, fixed by the configuration.
+    metadata: Value,
 }
 
 impl OAuthResource {
@@ -144,20 +146,33 @@ impl OAuthResource {
             .iter()
             .map(|(tool, own)| {
                 let mut all = config.required_scopes.clone();
-                all.extend(
-                    own.iter()
-                        .filter(|s| !config.required_scopes.contains(s))
-                        .cloned(),
-                );
+                add_new(&mut all, own);
                 (tool.clone(), all)
             })
             .collect();
+        // The required scopes, then the tools' own in the tools' order, so the document does
+        // not change with the map's.
+        let mut supported = config.required_scopes.clone();
+        let mut tools: Vec<_> = config.tool_scopes.iter().collect();
+        tools.sort();
+        for (_, own) in tools {
+            add_new(&mut supported, own);
+        }
+        // 2026-07-28: `offline_access` is the client's to ask for, never advertised.
+        supported.retain(|scope| scope != OFFLINE_ACCESS);
+        let metadata = json!({
+            "resource": config.resource,
+            "authorization_servers": config.issuers,
+            "scopes_supported": supported,
+            "bearer_methods_supported": ["header"],
+        });
         let metadata_url = metadata_url(&config.resource);
         Ok(Self {
             config,
             issuers,
             tool_scopes,
             metadata_url,
+            metadata,
         })
     }
 
@@ -168,9 +183,13 @@ impl OAuthResource {
         &self.metadata_url
     }
 
-    async fn check(&self, token: &str) -> Result<Credentials, AuthFailure> {
+    /// Checks `token`, whose header and claimed issuer `unverified` read.
+    async fn check(
+        &self,
+        token: &str,
+        unverified: &Unverified,
+    ) -> Result<Credentials, AuthFailure> {
         let invalid = |rejection: Rejection| AuthFailure::InvalidToken(rejection.as_str());
-        let unverified = token::inspect(token).map_err(invalid)?;
         let issuer = self
             .issuers
             .iter()
@@ -180,12 +199,11 @@ impl OAuthResource {
             KeyLookup::Found(set) => set,
             KeyLookup::Unavailable => return Err(AuthFailure::Unavailable),
         };
-        let key = token::key_for(&set, &unverified).map_err(invalid)?;
+        let key = token::key_for(&set, unverified).map_err(invalid)?;
         let leeway = self.config.leeway.as_secs();
-        let credentials = token::verify(token, &unverified, key, &self.config.resource, leeway)
+        let credentials = token::verify(token, unverified, key, &self.config.resource, leeway)
             .map_err(invalid)?;
-        let missing = credentials.missing_scopes(&self.config.required_scopes);
-        if !missing.is_empty() {
+        if !credentials.grants(&self.config.required_scopes) {
             return Err(AuthFailure::InsufficientScope(
                 self.config.required_scopes.clone(),
             ));
@@ -200,18 +218,21 @@ impl Authenticator for OAuthResource {
         let token = presented_token(headers)?;
         let token =
             std::str::from_utf8(token).map_err(|_| AuthFailure::InvalidToken("malformed"))?;
-        let outcome = self.check(token).await;
-        if let Err(failure) = &outcome {
-            // The token's issuer and key id, never the token.
-            let unverified = token::inspect(token).ok();
-            tracing::info!(
-                reason = failure.reason(),
-                iss = unverified.as_ref().map(|u| u.issuer.as_str()),
-                kid = unverified.as_ref().and_then(|u| u.kid.as_deref()),
-                "access token refused"
-            );
+        match token::inspect(token) {
+            Ok(unverified) => self.check(token, &unverified).await.inspect_err(|failure| {
+                // The token's issuer and key id, never the token.
+                tracing::info!(
+                    reason = failure.reason(),
+                    iss = unverified.issuer,
+                    kid = unverified.kid,
+                    "access token refused"
+                );
+            }),
+            Err(rejection) => {
+                tracing::info!(reason = rejection.as_str(), "access token refused");
+                Err(AuthFailure::InvalidToken(rejection.as_str()))
+            }
         }
-        outcome
     }
 
     fn challenge(&self, failure: &AuthFailure) -> String {
@@ -227,23 +248,16 @@ impl Authenticator for OAuthResource {
     }
 
     fn resource_metadata(&self) -> Option<Value> {
-        let mut scopes = self.config.required_scopes.clone();
-        for own in self.config.tool_scopes.values() {
-            scopes.extend(
-                own.iter()
-                    .filter(|s| !scopes.contains(s))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            );
+        Some(self.metadata.clone())
+    }
+}
+
+/// Appends to `scopes` those of `more` it does not hold yet.
+fn add_new(scopes: &mut Vec<String>, more: &[String]) {
+    for scope in more {
+        if !scopes.contains(scope) {
+            scopes.push(scope.clone());
         }
-        // 2026-07-28: `offline_access` is the client's to ask for, never advertised.
-        scopes.retain(|scope| scope != OFFLINE_ACCESS);
-        Some(json!({
-            "resource": self.config.resource,
-            "authorization_servers": self.config.issuers,
-            "scopes_supported": scopes,
-            "bearer_methods_supported": ["header"],
-        }))
     }
 }
 

@@ -33,7 +33,7 @@ const ACCEPTED: [Algorithm; 9] = [
 ];
 
 /// Tokens longer than this are refused before anything is decoded.
-pub(crate) const MAX_TOKEN_BYTES: usize = 16 * 1024;
+const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 /// Why a token was refused; the label is counted and logged, never sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
