@@ -42,7 +42,7 @@ use anyhow::{Context as _, bail};
 use tether::{
     demo::DemoHandler,
     gateway::{GatewayConfig, StdioGateway},
-    server::oauth::{OAuthConfig, OAuthResource},
+    server::oauth::{IntrospectionConfig, OAuthConfig, OAuthResource},
     server::{Authenticator, BearerTokens, Eras, Handler, Server, ServerConfig},
     store::{StoreLimits, Stores, redis, sqlite},
 };
@@ -185,6 +185,30 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "oauth_issuers",
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     oauth_keys_refetch_secs: u64,
+
+    /// Accept opaque access tokens (anything that is not a JWT) by asking this RFC 7662
+    /// introspection endpoint of the issuer about them; the answer must be active, name
+    /// `--oauth-resource` in `aud` and an `--oauth-issuer` (or none, with one issuer).
+    #[arg(
+        long,
+        value_name = "URL",
+        requires_all = ["oauth_issuers", "oauth_introspection_client_id", "oauth_introspection_secret_file"]
+    )]
+    oauth_introspection_url: Option<String>,
+
+    /// The client id this server introspects as (HTTP Basic authentication).
+    #[arg(long, value_name = "ID", requires = "oauth_introspection_url")]
+    oauth_introspection_client_id: Option<String>,
+
+    /// A file holding that client's secret (one line).
+    #[arg(long, value_name = "FILE", requires = "oauth_introspection_url")]
+    oauth_introspection_secret_file: Option<PathBuf>,
+
+    /// The longest seconds an introspection answer is trusted (never past the token's
+    /// `exp`): how long a revoked token can go on working. 0 asks every time.
+    #[arg(long, value_name = "SECS", default_value_t = 60, requires = "oauth_introspection_url",
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    oauth_introspection_cache_secs: u64,
 
     /// Close long-lived stream connections after N seconds, with `retry` first; clients
     /// reconnect and resume (SEP-1699 polling, sessions on 2025-11-25).
@@ -424,7 +448,8 @@ impl ServeArgs {
             }
             config.leeway = Duration::from_secs(self.oauth_leeway_secs);
             config.refetch_interval = Duration::from_secs(self.oauth_keys_refetch_secs);
-            return Ok(Authentication::OAuth(config));
+            config.introspection = self.introspection()?;
+            return Ok(Authentication::OAuth(Box::new(config)));
         }
         let Some(path) = &self.auth_token_file else {
             return Ok(Authentication::None);
@@ -433,6 +458,34 @@ impl ServeArgs {
             .map_err(|error| UsageError(format!("--auth-token-file: {error}")))?;
         info!(principals = ?tokens.principals(), "bearer authentication on");
         Ok(Authentication::Ready(Arc::new(tokens)))
+    }
+
+    /// The introspection endpoint and the credentials these flags name, the secret read now.
+    fn introspection(&self) -> Result<Option<IntrospectionConfig>, UsageError> {
+        let (Some(url), Some(client_id), Some(secret_file)) = (
+            &self.oauth_introspection_url,
+            &self.oauth_introspection_client_id,
+            &self.oauth_introspection_secret_file,
+        ) else {
+            return Ok(None);
+        };
+        let secret = std::fs::read_to_string(secret_file).map_err(|error| {
+            UsageError(format!(
+                "--oauth-introspection-secret-file {}: {error}",
+                secret_file.display()
+            ))
+        })?;
+        let secret = secret.trim_end_matches(['\r', '\n']);
+        if secret.is_empty() {
+            return Err(UsageError(format!(
+                "--oauth-introspection-secret-file {} is empty",
+                secret_file.display()
+            )));
+        }
+        let mut config =
+            IntrospectionConfig::new(url.clone(), client_id.clone(), secret.to_owned());
+        config.cache_for = Duration::from_secs(self.oauth_introspection_cache_secs);
+        Ok(Some(config))
     }
 
     /// The per-session caps and retention these flags set.
@@ -620,7 +673,7 @@ enum Authentication {
     /// An authenticator built from the flags alone.
     Ready(Arc<dyn Authenticator>),
     /// The OAuth resource server; an empty `resource` is the bound endpoint's URL.
-    OAuth(OAuthConfig),
+    OAuth(Box<OAuthConfig>),
 }
 
 impl Authentication {
@@ -636,7 +689,7 @@ impl Authentication {
                 let issuers = config.issuers.clone();
                 let resource = config.resource.clone();
                 let oauth =
-                    OAuthResource::new(config).map_err(|error| UsageError(error.to_string()))?;
+                    OAuthResource::new(*config).map_err(|error| UsageError(error.to_string()))?;
                 info!(?issuers, %resource, metadata = oauth.metadata_url(), "OAuth resource server on");
                 Some(Arc::new(oauth))
             }

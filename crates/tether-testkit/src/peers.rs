@@ -312,6 +312,19 @@ pub fn oauth_mock_as() -> anyhow::Result<ServerSpec> {
     node_program("oauth/mock-as.mjs").map(server_spec)
 }
 
+/// `interop/oauth/oidc-as.mjs` for the launcher: oidc-provider 9.13.3, a production-grade
+/// authorization server, on loopback, printing `as: serving http://127.0.0.1:PORT` (its
+/// issuer): opaque tokens bound to the `resource` asked for, through the client credentials
+/// grant of `app-a` and `app-b`, introspected by `tether-rs` and revoked by their client (the
+/// script's header gives the secrets and endpoints).
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn oidc_as() -> anyhow::Result<ServerSpec> {
+    node_program("oauth/oidc-as.mjs").map(server_spec)
+}
+
 /// `interop/ts/server-2026.mjs` for the launcher: the TypeScript SDK v2 server
 /// (`@modelcontextprotocol/server` 2.3.1) with the `count` tool, in the era `era` names:
 /// `legacy` (2025-11-25 sessions, an event store, `retry` 500 ms), `modern` (2026-07-28 only,

@@ -1,5 +1,6 @@
-//! `tether serve --oauth-issuer URL`: tether as an OAuth 2.1 protected resource, against a real
-//! authorization server (oauth2-mock-server, installed by `scripts/peers.sh`) on loopback.
+//! `tether serve --oauth-issuer URL`: tether as an OAuth 2.1 protected resource, against real
+//! authorization servers installed by `scripts/peers.sh` and run on loopback: oauth2-mock-server
+//! (JWTs, hostile ones included) and oidc-provider (opaque tokens, introspected).
 //! What the specification obliges, one test each:
 //!
 //! - Protected Resource Metadata at the path-suffixed and the root well-known URI, with
@@ -17,7 +18,10 @@
 //!   one refetch and tokens of the old key are refused;
 //! - an issuer that cannot be reached before its keys were loaded: 503, then accepted once back;
 //! - a protected `count` call through a fault proxy's cuts, in both eras, on memory and SQLite:
-//!   every progress event once, in order.
+//!   every progress event once, in order;
+//! - opaque tokens (RFC 7662): active ones serve both eras with the answer's scopes; inactive,
+//!   revoked and other-audience ones are refused; a revocation is seen once the cached answer
+//!   runs out; an unreachable introspection endpoint leaves cached tokens working.
 
 use std::time::Duration;
 
@@ -641,6 +645,179 @@ async fn an_unreachable_issuer_is_a_503_until_it_is_back() -> anyhow::Result<()>
     ensure!(
         answer.status == 200,
         "accepted once the issuer is back: {answer:?}"
+    );
+    Ok(())
+}
+
+/// The tool scope of the introspection tests, which oidc-provider grants on request.
+const ADMIN_SCOPE: &str = "mcp:admin";
+
+/// `tether serve --demo count` accepting `issuer`'s opaque tokens through its introspection
+/// endpoint, as the client `tether-rs`, answers trusted for `cache_secs`.
+async fn introspecting(
+    issuer: &str,
+    dir: &TempDir,
+    cache_secs: u64,
+) -> anyhow::Result<ServerProcess> {
+    let secret = dir
+        .path()
+        .join(format!("introspection-secret-{cache_secs}"));
+    std::fs::write(&secret, "tether-rs-secret\n")?;
+    Ok(ServerSpec::tether_serve()?
+        .args(["--demo", "count", "--oauth-issuer", issuer])
+        .args(["--oauth-scope", "mcp:tools", "--oauth-tool-scope"])
+        .arg(format!("count={ADMIN_SCOPE}"))
+        .arg("--oauth-introspection-url")
+        .arg(format!("{issuer}/token/introspection"))
+        .args(["--oauth-introspection-client-id", "tether-rs"])
+        .arg("--oauth-introspection-secret-file")
+        .arg(&secret)
+        .args(["--oauth-introspection-cache-secs", &cache_secs.to_string()])
+        .env("RUST_LOG", "info")
+        .start()
+        .await?)
+}
+
+/// A form POST to `issuer`'s `path` as `client` (secret `<client>-secret`, HTTP Basic).
+async fn as_client(
+    issuer: &str,
+    path: &str,
+    client: &str,
+    form: &[(&str, &str)],
+) -> anyhow::Result<Transcript> {
+    use base64::engine::general_purpose::STANDARD;
+    let basic = STANDARD.encode(format!("{client}:{client}-secret"));
+    let body = form
+        .iter()
+        .map(|(name, value)| format!("{name}={}", urlencode(value)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let raw = RawClient::new(&format!("{issuer}{path}"))?;
+    raw.send(
+        &RawRequest::new("POST", path)
+            .header("host", authority(issuer))
+            .header("authorization", &format!("Basic {basic}"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body),
+    )
+    .await?
+    .read_to_end()
+    .await
+}
+
+/// An opaque token oidc-provider issues to `client` for `resource` with `scope`.
+async fn opaque_token(
+    issuer: &str,
+    client: &str,
+    resource: &str,
+    scope: &str,
+) -> anyhow::Result<String> {
+    let form = [
+        ("grant_type", "client_credentials"),
+        ("resource", resource),
+        ("scope", scope),
+    ];
+    let answer = as_client(issuer, "/token", client, &form).await?;
+    ensure!(answer.status == 200, "token endpoint: {answer:?}");
+    let body: Value = serde_json::from_slice(&answer.body)?;
+    let token = body["access_token"].as_str().context("an access_token")?;
+    ensure!(token.split('.').count() != 3, "opaque, not a JWT: {token}");
+    Ok(token.to_owned())
+}
+
+/// RFC 7009: `client` revokes its `token`.
+async fn revoke(issuer: &str, client: &str, token: &str) -> anyhow::Result<()> {
+    let answer = as_client(issuer, "/token/revocation", client, &[("token", token)]).await?;
+    ensure!(answer.status == 200, "revocation: {answer:?}");
+    Ok(())
+}
+
+/// Opaque tokens of a production-grade authorization server (oidc-provider), checked by
+/// RFC 7662 introspection: an active token for this resource serves both eras with the scopes
+/// the answer lists (step-up included); an inactive, revoked or other-audience token is 401
+/// `invalid_token`; each client is a principal of its own; a revocation is seen once the
+/// cached answer runs out; an authorization server that goes away leaves cached tokens
+/// working and makes new ones 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opaque_tokens_are_introspected_at_the_authorization_server() -> anyhow::Result<()> {
+    let mut issuer = peers::oidc_as()?.start().await?;
+    let dir = TempDir::new()?;
+    let server = introspecting(issuer.url(), &dir, 60).await?;
+    let resource = server.url().to_owned();
+    let both = format!("mcp:tools {ADMIN_SCOPE}");
+    let full = opaque_token(issuer.url(), "app-a", &resource, &both).await?;
+    let base = opaque_token(issuer.url(), "app-a", &resource, "mcp:tools").await?;
+    for protocol in ["legacy", "auto"] {
+        let (ok, output) = tether_call(&resource, &full, protocol).await?;
+        ensure!(ok && output.contains("counted 3"), "{protocol}: {output}");
+        let (ok, output) = tether_call(&resource, &base, protocol).await?;
+        ensure!(
+            !ok && output.contains("403") && output.contains(&format!("needs {both}")),
+            "{protocol}: step-up named: {output}"
+        );
+    }
+    // Refused as invalid, without serving anything: a token the server never issued, one
+    // for another resource, one revoked before it was first used.
+    let elsewhere = opaque_token(
+        issuer.url(),
+        "app-a",
+        "https://elsewhere.example/mcp",
+        &both,
+    )
+    .await?;
+    let revoked = opaque_token(issuer.url(), "app-a", &resource, &both).await?;
+    revoke(issuer.url(), "app-a", &revoked).await?;
+    for (what, token) in [
+        (
+            "never issued",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        ),
+        ("another audience", elsewhere.as_str()),
+        ("revoked", revoked.as_str()),
+    ] {
+        let answer = post_initialize(&resource, Some(token)).await?;
+        ensure!(
+            answer.status == 401 && challenge(&answer).contains(r#"error="invalid_token""#),
+            "{what}: {answer:?}"
+        );
+        ensure!(answer.headers.get("mcp-session-id").is_none(), "{what}");
+    }
+    // Each client is a principal: app-b cannot reach app-a's session.
+    let started = post_initialize(&resource, Some(&full)).await?;
+    let session = started
+        .headers
+        .get("mcp-session-id")
+        .context("a session")?
+        .to_owned();
+    let other = opaque_token(issuer.url(), "app-b", &resource, &both).await?;
+    let mut intruder = RawClient::new(&resource)?.with_bearer_token(&other);
+    intruder.set_session_id(Some(session));
+    let get = intruder
+        .send(&intruder.request("GET"))
+        .await?
+        .read_to_end()
+        .await?;
+    ensure!(get.status == 404, "another client's session: {get:?}");
+
+    // Answers not cached: a revocation takes effect at the next request.
+    let uncached = introspecting(issuer.url(), &dir, 0).await?;
+    let token = opaque_token(issuer.url(), "app-a", uncached.url(), "mcp:tools").await?;
+    let answer = post_initialize(uncached.url(), Some(&token)).await?;
+    ensure!(answer.status == 200, "{answer:?}");
+    revoke(issuer.url(), "app-a", &token).await?;
+    let answer = post_initialize(uncached.url(), Some(&token)).await?;
+    ensure!(answer.status == 401, "revoked: {answer:?}");
+
+    // The authorization server goes away: the cached answer keeps `full` working; a token the
+    // server has not seen yet cannot be judged, so 503 and not a verdict.
+    let unseen = opaque_token(issuer.url(), "app-a", &resource, &both).await?;
+    issuer.kill().await?;
+    let (ok, output) = tether_call(&resource, &full, "auto").await?;
+    ensure!(ok && output.contains("counted 3"), "cached: {output}");
+    let answer = post_initialize(&resource, Some(&unseen)).await?;
+    ensure!(
+        answer.status == 503 && answer.headers.get("retry-after").is_some(),
+        "{answer:?}"
     );
     Ok(())
 }

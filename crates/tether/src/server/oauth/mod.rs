@@ -10,12 +10,12 @@
 //! a bad token, 403 `error="insufficient_scope"` naming every scope the operation needs
 //! ([`OAuthResource::challenge`]); tokens validated as issued for this resource (`aud`,
 //! RFC 8707) by one of these issuers, byte for byte (`token`); keys through the issuers'
-//! metadata and cached (`keys`); never a token from the query string (`super::auth`). The
-//! gateway never hands a client's token to a child: the token stays in the request headers,
-//! which the gateway does not forward.
-//!
-//! Not here yet: RFC 7662 introspection of opaque tokens.
+//! metadata and cached (`keys`); a token that is not a JWT asked about at the introspection
+//! endpoint, when one is configured (RFC 7662, `introspect`); never a token from the query
+//! string (`super::auth`). The gateway never hands a client's token to a child: the token
+//! stays in the request headers, which the gateway does not forward.
 
+mod introspect;
 mod keys;
 mod token;
 
@@ -26,6 +26,8 @@ use async_trait::async_trait;
 use http::HeaderMap;
 use serde_json::{Value, json};
 
+use self::introspect::Introspector;
+pub use self::introspect::{DEFAULT_INTROSPECTION_CACHE, IntrospectionConfig};
 use self::keys::{IssuerKeys, KeyLookup};
 use self::token::{Rejection, Unverified};
 use super::auth::{AuthFailure, Authenticator, Credentials, bearer_challenge, presented_token};
@@ -57,6 +59,8 @@ pub struct OAuthConfig {
     pub leeway: Duration,
     /// The least time between two fetches of one issuer's keys.
     pub refetch_interval: Duration,
+    /// Where tokens that are not JWTs are introspected; without it they are refused.
+    pub introspection: Option<IntrospectionConfig>,
 }
 
 impl OAuthConfig {
@@ -70,6 +74,7 @@ impl OAuthConfig {
             tool_scopes: HashMap::new(),
             leeway: DEFAULT_LEEWAY,
             refetch_interval: DEFAULT_REFETCH_INTERVAL,
+            introspection: None,
         }
     }
 }
@@ -81,7 +86,8 @@ pub enum OAuthConfigError {
     /// No issuer: no token could ever be accepted.
     #[error("at least one issuer is needed")]
     NoIssuer,
-    /// An issuer or the resource is not an `http` or `https` URL.
+    /// An issuer, the resource or the introspection endpoint is not an `http` or `https`
+    /// URL.
     #[error("{what} {url:?} is not an http(s) URL without a query or fragment")]
     NotAUrl {
         /// Which one.
@@ -99,6 +105,7 @@ pub enum OAuthConfigError {
 pub struct OAuthResource {
     config: OAuthConfig,
     issuers: Vec<IssuerKeys>,
+    introspector: Option<Introspector>,
     /// Per tool, the required scopes and the tool's own: what its challenge names.
     tool_scopes: HashMap<String, Vec<String>>,
     metadata_url: String,
@@ -121,6 +128,12 @@ impl OAuthResource {
             .iter()
             .map(|url| ("issuer", url))
             .chain([("resource", &config.resource)])
+            .chain(
+                config
+                    .introspection
+                    .iter()
+                    .map(|introspection| ("introspection endpoint", &introspection.endpoint)),
+            )
         {
             let ok = (url.starts_with("https://") || url.starts_with("http://"))
                 && !url.contains(['?', '#']);
@@ -141,6 +154,10 @@ impl OAuthResource {
             .iter()
             .map(|issuer| IssuerKeys::new(issuer.clone(), http.clone(), config.refetch_interval))
             .collect();
+        let introspector = config
+            .introspection
+            .clone()
+            .map(|introspection| Introspector::new(introspection, http.clone()));
         let tool_scopes = config
             .tool_scopes
             .iter()
@@ -170,6 +187,7 @@ impl OAuthResource {
         Ok(Self {
             config,
             issuers,
+            introspector,
             tool_scopes,
             metadata_url,
             metadata,
@@ -203,12 +221,18 @@ impl OAuthResource {
         let leeway = self.config.leeway.as_secs();
         let credentials = token::verify(token, unverified, key, &self.config.resource, leeway)
             .map_err(invalid)?;
-        if !credentials.grants(&self.config.required_scopes) {
-            return Err(AuthFailure::InsufficientScope(
+        self.require_scopes(credentials)
+    }
+
+    /// `credentials`, if they hold the scopes every request needs.
+    fn require_scopes(&self, credentials: Credentials) -> Result<Credentials, AuthFailure> {
+        if credentials.grants(&self.config.required_scopes) {
+            Ok(credentials)
+        } else {
+            Err(AuthFailure::InsufficientScope(
                 self.config.required_scopes.clone(),
-            ));
+            ))
         }
-        Ok(credentials)
     }
 }
 
@@ -228,6 +252,17 @@ impl Authenticator for OAuthResource {
                     "access token refused"
                 );
             }),
+            // Not a JWT at all: an opaque token, which only its issuer can judge.
+            Err(Rejection::Malformed) if let Some(introspector) = &self.introspector => {
+                let leeway = self.config.leeway.as_secs();
+                let credentials = introspector
+                    .check(token, &self.config.issuers, &self.config.resource, leeway)
+                    .await
+                    .inspect_err(|failure| {
+                        tracing::info!(reason = failure.reason(), "opaque access token refused");
+                    })?;
+                self.require_scopes(credentials)
+            }
             Err(rejection) => {
                 tracing::info!(reason = rejection.as_str(), "access token refused");
                 Err(AuthFailure::InvalidToken(rejection.as_str()))

@@ -33,7 +33,7 @@ const ACCEPTED: [Algorithm; 9] = [
 ];
 
 /// Tokens longer than this are refused before anything is decoded.
-const MAX_TOKEN_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 /// Why a token was refused; the label is counted and logged, never sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,8 +56,12 @@ pub(crate) enum Rejection {
     Expired,
     /// Before `nbf` (with the leeway).
     NotYetValid,
-    /// `exp` or `sub` missing.
+    /// `exp` missing, or both `sub` and the client id.
     MissingClaim,
+    /// Not a JWT, and the introspection endpoint says it is not active.
+    Inactive,
+    /// A `token_type` other than `Bearer` in an introspection answer.
+    TokenType,
 }
 
 impl Rejection {
@@ -74,6 +78,8 @@ impl Rejection {
             Self::Expired => "expired",
             Self::NotYetValid => "not_yet_valid",
             Self::MissingClaim => "missing_claim",
+            Self::Inactive => "inactive",
+            Self::TokenType => "token_type",
         }
     }
 }
@@ -193,19 +199,36 @@ pub(crate) fn verify(
         }
     })?;
     let claims = data.claims;
-    let sub = claims
-        .sub
-        .filter(|sub| !sub.is_empty())
-        .ok_or(Rejection::MissingClaim)?;
     let scopes: Vec<String> = match (claims.scope, claims.scp) {
         (Some(scope), _) => scope.split_ascii_whitespace().map(str::to_owned).collect(),
         (None, Some(scp)) => scp,
         (None, None) => Vec::new(),
     };
+    credentials(
+        &claims.iss,
+        claims.sub,
+        claims.client_id.or(claims.azp),
+        scopes,
+    )
+}
+
+/// Who a token checked by any means is for: `iss` and `sub`, or, for a token no resource
+/// owner took part in (the client credentials grant, which many servers issue without
+/// `sub`), `iss` and the client id, the subject RFC 9068 §2.2 names for it.
+pub(crate) fn credentials(
+    issuer: &str,
+    subject: Option<String>,
+    client_id: Option<String>,
+    scopes: Vec<String>,
+) -> Result<Credentials, Rejection> {
+    let subject = subject
+        .filter(|sub| !sub.is_empty())
+        .or_else(|| client_id.clone().filter(|id| !id.is_empty()))
+        .ok_or(Rejection::MissingClaim)?;
     Ok(Credentials {
         // An issuer is a URL without spaces, so `iss sub` is unambiguous.
-        principal: Arc::from(format!("{} {sub}", claims.iss)),
+        principal: Arc::from(format!("{issuer} {subject}")),
         scopes: Some(Arc::from(scopes)),
-        client_id: claims.client_id.or(claims.azp).map(Arc::from),
+        client_id: client_id.map(Arc::from),
     })
 }
