@@ -17,8 +17,9 @@
 //! - key rotation: after the authorization server switches keys, new tokens are accepted after
 //!   one refetch and tokens of the old key are refused;
 //! - an issuer that cannot be reached before its keys were loaded: 503, then accepted once back;
-//! - a protected `count` call through a fault proxy's cuts, in both eras, on memory and SQLite:
-//!   every progress event once, in order;
+//! - a protected `count` call through a fault proxy's cuts, in both eras, on memory, SQLite
+//!   and Redis, and through the gateway: every progress event once, in order; the gateway's
+//!   child never sees the token;
 //! - opaque tokens (RFC 7662): active ones serve both eras with the answer's scopes; inactive,
 //!   revoked and other-audience ones are refused; a revocation is seen once the cached answer
 //!   runs out; an unreachable introspection endpoint leaves cached tokens working.
@@ -578,50 +579,113 @@ async fn oauth_and_a_token_file_together_are_a_usage_error() -> anyhow::Result<(
 /// the memory and SQLite stores (each resume is authenticated like the first request).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_protected_call_resumes_through_cuts_exactly_once() -> anyhow::Result<()> {
-    use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
-    const N: u64 = 150;
     let issuer = authorization_server().await?;
     let dir = TempDir::new()?;
     let sqlite = format!("sqlite:{}", dir.path().join("oauth.db").display());
-    for store in ["memory", sqlite.as_str()] {
+    let redis = tether_testkit::redis::RedisServer::start().await?;
+    for store in ["memory", sqlite.as_str(), redis.url().as_str()] {
         let server = protected_on(issuer.url(), store).await?;
         let resource = server.url().to_owned();
         let scopes = format!("{SCOPE} {COUNT_SCOPE}");
         let token = token(issuer.url(), &resource, &scopes, &json!({}), &json!({})).await?;
         for protocol in ["legacy", "auto"] {
-            let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1000));
-            let proxy = FaultProxy::start(server.addr(), plan).await?;
-            let arguments = format!(r#"{{"n": {N}, "interval_ms": 2}}"#);
-            let (ok, output) = tether_call_with(
-                &proxy.url_for("/mcp"),
-                &token,
-                protocol,
-                &["--args", &arguments, "--json"],
-            )
-            .await?;
-            let context = format!("{store} {protocol}: {}\n{output}", proxy.report());
-            ensure!(ok, "{context}");
-            let messages: Vec<Value> = output
-                .lines()
-                .filter_map(|line| serde_json::from_str(line).ok())
-                .collect();
-            let progress: Vec<u64> = messages
-                .iter()
-                .filter(|m| m["method"] == "notifications/progress")
-                .filter_map(|m| m["params"]["progress"].as_u64())
-                .collect();
-            ensure!(
-                progress == (1..=N).collect::<Vec<_>>(),
-                "once each, in order: {context}"
-            );
-            ensure!(
-                messages
-                    .iter()
-                    .any(|m| m["result"]["content"][0]["text"] == format!("counted {N}")),
-                "{context}"
-            );
-            ensure!(proxy.counters().cuts >= 1, "no cut: {context}");
+            counted_through_cuts(&server, &token, protocol).await?;
         }
+    }
+    Ok(())
+}
+
+/// Progress events a protected `count` through cuts delivers.
+const THROUGH_CUTS: u64 = 150;
+
+/// `tether call count` with `token` through a fault proxy in front of `server`, which must
+/// deliver every progress event once, in order, and the result.
+async fn counted_through_cuts(
+    server: &ServerProcess,
+    token: &str,
+    protocol: &str,
+) -> anyhow::Result<()> {
+    use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
+    const N: u64 = THROUGH_CUTS;
+    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1000));
+    let proxy = FaultProxy::start(server.addr(), plan).await?;
+    let arguments = format!(r#"{{"n": {N}, "interval_ms": 2}}"#);
+    let (ok, output) = tether_call_with(
+        &proxy.url_for("/mcp"),
+        token,
+        protocol,
+        &["--args", &arguments, "--json"],
+    )
+    .await?;
+    let context = format!("{protocol}: {}\n{output}", proxy.report());
+    ensure!(ok, "{context}");
+    let messages: Vec<Value> = output
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let progress: Vec<u64> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .filter_map(|m| m["params"]["progress"].as_u64())
+        .collect();
+    ensure!(
+        progress == (1..=N).collect::<Vec<_>>(),
+        "once each, in order: {context}"
+    );
+    ensure!(
+        messages
+            .iter()
+            .any(|m| m["result"]["content"][0]["text"] == format!("counted {N}")),
+        "{context}"
+    );
+    ensure!(proxy.counters().cuts >= 1, "no cut: {context}");
+    Ok(())
+}
+
+/// The gateway protects a stdio server the same way, and never passes the client's token
+/// on (the specification forbids token passthrough): the child's environment and everything
+/// it reads on stdin are recorded and searched for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_protects_its_child_and_never_hands_it_the_token() -> anyhow::Result<()> {
+    use tether_testkit::launcher::BindArg;
+    let issuer = authorization_server().await?;
+    let dir = TempDir::new()?;
+    let (program, args) = peers::python_stdio_server()?.into_parts();
+    // The child: record the environment and stdin, then run the Python SDK's stdio server.
+    let record = r#"env > "$0/env"; tee -a "$0/stdin" | exec "$@""#;
+    let server = ServerSpec::tether_serve()?
+        .bind_arg(BindArg::Placeholders)
+        .args(["--bind", "{bind}", "--store", "memory", "--retry-ms", "100"])
+        .args(["--oauth-issuer", issuer.url(), "--oauth-scope", SCOPE])
+        .args(["--", "sh", "-c", record])
+        .arg(dir.path())
+        .arg(program)
+        .args(args)
+        .start()
+        .await?;
+    let resource = server.url().to_owned();
+    let answer = post_initialize(&resource, None).await?;
+    ensure!(
+        answer.status == 401 && challenge(&answer).contains("resource_metadata="),
+        "{answer:?}"
+    );
+    let token = token(issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?;
+    for protocol in ["legacy", "auto"] {
+        counted_through_cuts(&server, &token, protocol).await?;
+    }
+    let stdin = std::fs::read_to_string(dir.path().join("stdin"))?;
+    let env = std::fs::read_to_string(dir.path().join("env"))?;
+    ensure!(
+        stdin.contains("tools/call"),
+        "the child was called: {stdin}"
+    );
+    // The signature is the part no other field repeats.
+    let signature = token.rsplit('.').next().context("a JWT")?;
+    for (what, seen) in [("stdin", &stdin), ("environment", &env)] {
+        ensure!(
+            !seen.contains(signature) && !seen.contains(&token),
+            "the token reached the child's {what}"
+        );
     }
     Ok(())
 }
