@@ -13,8 +13,11 @@
 //
 // The tool's arguments are `{"n": N, "interval_ms": MS}` (what `count` takes) unless
 // `--arguments JSON` replaces them; N may then be omitted, and is ignored if given.
+// `--bearer-token-file FILE` sends `Authorization: Bearer <the file's first line>` on every
+// request, resumes included (the SDK's `requestInit` headers).
 // Usage: node client.mjs URL [N] [--interval-ms MS] [--no-progress] [--tool NAME]
-//        [--arguments JSON] [--list-tools] [--terminate]
+//        [--arguments JSON] [--list-tools] [--terminate] [--bearer-token-file FILE]
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -30,6 +33,7 @@ const { values: opts, positionals } = parseArgs({
     arguments: { type: 'string' },
     'list-tools': { type: 'boolean', default: false },
     terminate: { type: 'boolean', default: false },
+    'bearer-token-file': { type: 'string' },
   },
 });
 const [url, n] = positionals;
@@ -63,8 +67,15 @@ const watchingFetch = async (input, init) => {
   return response;
 };
 
+let requestInit;
+if (opts['bearer-token-file'] !== undefined) {
+  const token = readFileSync(opts['bearer-token-file'], 'utf8').split('\n')[0].trim();
+  requestInit = { headers: { Authorization: `Bearer ${token}` } };
+}
+
 const transport = new StreamableHTTPClientTransport(new URL(url), {
   ...(opts.terminate ? { fetch: watchingFetch } : {}),
+  ...(requestInit ? { requestInit } : {}),
   reconnectionOptions: {
     initialReconnectionDelay: 200,
     maxReconnectionDelay: 2000,

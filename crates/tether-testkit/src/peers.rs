@@ -393,7 +393,7 @@ pub fn python_client_auto(url: &str, n: u64, library: &str) -> anyhow::Result<Pe
 /// the same JSON lines as [`python_client`]. Extra flags: `--interval-ms MS`,
 /// `--no-progress`, `--tool NAME` with `--arguments JSON`, `--list-tools` and `--terminate`
 /// as for [`python_client`] (it ends the session with `terminateSession()`, with or without
-/// `--terminate`).
+/// `--terminate`), and `--bearer-token-file FILE` (the token sent on every request).
 ///
 /// It resumes every cut stream (up to 5 failed reconnects in a row), so it survives several
 /// cuts of one call.

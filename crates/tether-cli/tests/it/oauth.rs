@@ -885,3 +885,59 @@ async fn opaque_tokens_are_introspected_at_the_authorization_server() -> anyhow:
     );
     Ok(())
 }
+
+/// The TypeScript SDK's client (1.32.2) with a bearer token: its call of `count` through an
+/// OAuth-protected `tether serve` survives cuts (its own GET + `Last-Event-ID` resumes carry
+/// the token too) and delivers every progress event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_client_with_a_token_resumes_exactly_once() -> anyhow::Result<()> {
+    use tether_testkit::proxy::{FaultPlan, FaultProxy, TruncateFault};
+    const N: u64 = 40;
+    let issuer = authorization_server().await?;
+    let server = ServerSpec::tether_serve()?
+        .args(["--demo", "count", "--store", "memory", "--retry-ms", "100"])
+        .args(["--oauth-issuer", issuer.url(), "--oauth-scope", SCOPE])
+        .start()
+        .await?;
+    let resource = server.url().to_owned();
+    let token = token(issuer.url(), &resource, SCOPE, &json!({}), &json!({})).await?;
+    let dir = TempDir::new()?;
+    let file = dir.path().join("token");
+    std::fs::write(&file, &token)?;
+    let plan =
+        FaultPlan::pass_through().with_truncate(TruncateFault::after_events(10).with_jitter(2));
+    let proxy = FaultProxy::start(server.addr(), plan).await?;
+    let client = peers::ts_client(&proxy.url_for("/mcp"), N)?.with_args([
+        "--interval-ms".to_owned(),
+        "10".to_owned(),
+        "--bearer-token-file".to_owned(),
+        file.display().to_string(),
+    ]);
+    let output = client.run(Duration::from_secs(60)).await?;
+    let context = format!("{}\n{output:?}", proxy.report());
+    let lines = output.json_lines()?;
+    let progress: Vec<u64> = lines
+        .iter()
+        .filter_map(|line| line["progress"].as_u64())
+        .collect();
+    ensure!(
+        progress == (1..=N).collect::<Vec<_>>(),
+        "once each, in order: {context}"
+    );
+    ensure!(
+        lines
+            .iter()
+            .any(|line| line["result"]["content"][0]["text"] == format!("counted {N}")),
+        "{context}"
+    );
+    ensure!(proxy.counters().truncations >= 1, "no cut: {context}");
+    // Without the token, the same client is refused before anything runs.
+    let refused = peers::ts_client(&resource, N)?
+        .run(Duration::from_secs(30))
+        .await?;
+    ensure!(
+        !refused.status.success() && refused.json_lines()?.is_empty(),
+        "{refused:?}"
+    );
+    Ok(())
+}
