@@ -31,15 +31,34 @@ pub(crate) fn http_client() -> anyhow::Result<reqwest::Client> {
         .context("building the HTTP client")
 }
 
+/// The `Authorization` every request of this run sends, set once before a scenario starts.
+static AUTHORIZATION: std::sync::OnceLock<reqwest::header::HeaderValue> =
+    std::sync::OnceLock::new();
+
+/// Makes every client of this run send `token` as a bearer token.
+pub(crate) fn authorize_with(token: &str) -> anyhow::Result<()> {
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+        .context("the bearer token is not a valid header value")?;
+    value.set_sensitive(true);
+    AUTHORIZATION
+        .set(value)
+        .map_err(|_| anyhow::anyhow!("the bearer token was already set"))
+}
+
 /// The builder behind [`http_client`], for scenarios that change its pool.
 pub(crate) fn http_client_builder() -> reqwest::ClientBuilder {
     // reqwest is built with `rustls-no-provider`: plain http needs no TLS, but building a
     // client needs a provider installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(value) = AUTHORIZATION.get() {
+        headers.insert(reqwest::header::AUTHORIZATION, value.clone());
+    }
     reqwest::Client::builder()
         .no_proxy()
         .http1_only()
         .tcp_nodelay(true)
+        .default_headers(headers)
 }
 
 /// An initialized MCP session.

@@ -95,6 +95,10 @@ struct Target {
         conflicts_with = "url"
     )]
     store: String,
+    /// Send `Authorization: Bearer <the file's first line>` on every request, to measure a
+    /// protected server (`--url` only: a spawned server is not protected).
+    #[arg(long, value_name = "FILE", requires = "url")]
+    bearer_token_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     output: Output,
 }
@@ -423,6 +427,17 @@ enum Server {
 
 impl Server {
     fn resolve(target: &Target) -> anyhow::Result<Self> {
+        if let Some(path) = &target.bearer_token_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--bearer-token-file {}", path.display()))?;
+            let token = text.lines().next().unwrap_or_default().trim();
+            anyhow::ensure!(
+                !token.is_empty(),
+                "--bearer-token-file {} is empty",
+                path.display()
+            );
+            mcp::authorize_with(token)?;
+        }
         match &target.url {
             Some(url) => Ok(Self::Remote(url.clone())),
             None => spawn::SpawnedServer::start(&target.store).map(Self::Spawned),

@@ -1,23 +1,22 @@
 //! Opaque access tokens, checked by RFC 7662 introspection: [`Introspector`] asks the
 //! authorization server's introspection endpoint about a token, authenticating as the resource
-//! server's own client, and caches the answer; [`judge`] (pure) decides what an answer means.
+//! server's own client; [`judge`] (pure) decides what an answer means.
 //!
 //! An answer is accepted only if it says `active`, names one of the configured issuers (or
 //! none, when exactly one is configured), names this resource in `aud`, is within its `exp`
-//! and `nbf` (with the leeway) and, where it says a `token_type`, says `Bearer`. Answers are
-//! cached by the token's SHA-256, never the token, until the token's `exp` and at most for the
-//! configured time (the longest a revocation can go unseen); an inactive answer is cached too
-//! (a token never becomes active again). A failed exchange (the endpoint unreachable, an error
-//! status, an answer that is not JSON) is not cached: the request gets 503 and the next one
-//! asks again, while tokens already cached keep working.
+//! and `nbf` (with the leeway) and, where it says a `token_type`, says `Bearer`. A verdict may
+//! be trusted (`super::verdicts` keeps it) until the token's `exp` and at most for the
+//! configured time (the longest a revocation can go unseen); an inactive one too (a token never
+//! becomes active again). A failed exchange (the endpoint unreachable, an error status, an
+//! answer that is not JSON) is no verdict: the request gets 503 and the next one asks again,
+//! while tokens already decided keep working.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 
 use super::token::{self, Rejection};
+use super::verdicts::trust_until_expiry;
 use crate::server::auth::{AuthFailure, Credentials};
 
 /// The default longest time an introspection answer is trusted.
@@ -25,10 +24,6 @@ pub const DEFAULT_INTROSPECTION_CACHE: Duration = Duration::from_secs(60);
 
 /// How long one exchange with the introspection endpoint may take.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Answers kept at most; past this, expired ones go, then all (a flood of distinct tokens
-/// cannot grow the cache without bound).
-const MAX_CACHED: usize = 10_000;
 
 /// Where and as whom tether introspects opaque tokens.
 #[derive(Clone)]
@@ -150,17 +145,10 @@ pub(crate) fn judge(
     Ok((credentials, answer.exp))
 }
 
-/// A cached verdict and until when it holds.
-struct Cached {
-    verdict: Result<Credentials, Rejection>,
-    until: Instant,
-}
-
-/// Introspects opaque tokens and remembers the answers (module docs).
+/// Introspects opaque tokens (module docs).
 pub(crate) struct Introspector {
     config: IntrospectionConfig,
     http: reqwest::Client,
-    cache: Mutex<HashMap<[u8; 32], Cached>>,
 }
 
 impl std::fmt::Debug for Introspector {
@@ -173,76 +161,30 @@ impl std::fmt::Debug for Introspector {
 
 impl Introspector {
     pub(crate) fn new(config: IntrospectionConfig, http: reqwest::Client) -> Self {
-        Self {
-            config,
-            http,
-            cache: Mutex::new(HashMap::new()),
-        }
+        Self { config, http }
     }
 
-    /// The endpoint's verdict on `token`, cached or asked for.
+    /// The endpoint's verdict on `token`, and how long it may be trusted; an error when the
+    /// endpoint could not be asked.
     pub(crate) async fn check(
         &self,
         token: &str,
         issuers: &[String],
         resource: &str,
         leeway: u64,
-    ) -> Result<Credentials, AuthFailure> {
-        let invalid = |rejection: Rejection| AuthFailure::InvalidToken(rejection.as_str());
+    ) -> Result<(Result<Credentials, Rejection>, Duration), AuthFailure> {
         if token.len() > token::MAX_TOKEN_BYTES {
-            return Err(invalid(Rejection::Malformed));
-        }
-        let key = digest(token);
-        if let Some(verdict) = self.cached(&key) {
-            return verdict.map_err(invalid);
+            return Ok((Err(Rejection::Malformed), Duration::ZERO));
         }
         let answer = self.ask(token).await?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let verdict = judge(answer, issuers, resource, now.as_secs(), leeway);
-        let mut trust = self.config.cache_for;
-        if let Ok((_, Some(exp))) = &verdict {
-            trust = trust.min(Duration::from_secs(exp.saturating_sub(now.as_secs())));
-        }
-        let verdict = verdict.map(|(credentials, _)| credentials);
-        self.remember(key, verdict.clone(), trust);
-        verdict.map_err(invalid)
-    }
-
-    fn cached(&self, key: &[u8; 32]) -> Option<Result<Credentials, Rejection>> {
-        let cache = self
-            .cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache
-            .get(key)
-            .filter(|cached| cached.until > Instant::now())
-            .map(|cached| cached.verdict.clone())
-    }
-
-    fn remember(&self, key: [u8; 32], verdict: Result<Credentials, Rejection>, trust: Duration) {
-        if trust.is_zero() {
-            return;
-        }
-        let now = Instant::now();
-        let mut cache = self
-            .cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.len() >= MAX_CACHED {
-            cache.retain(|_, cached| cached.until > now);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
-        }
-        cache.insert(
-            key,
-            Cached {
-                verdict,
-                until: now + trust,
-            },
-        );
+            .unwrap_or_default()
+            .as_secs();
+        let verdict = judge(answer, issuers, resource, now, leeway);
+        let exp = verdict.as_ref().ok().and_then(|(_, exp)| *exp);
+        let trust = trust_until_expiry(self.config.cache_for, exp, now);
+        Ok((verdict.map(|(credentials, _)| credentials), trust))
     }
 
     /// One exchange with the endpoint; any failure is the authorization server's, not the
@@ -286,14 +228,6 @@ impl Introspector {
         serde_json::from_slice(&bytes)
             .map_err(|error| unavailable("answered something else", error.to_string()))
     }
-}
-
-/// The cache key: the token's SHA-256, so the cache never holds a token.
-fn digest(token: &str) -> [u8; 32] {
-    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-    let mut key = [0; 32];
-    key.copy_from_slice(digest.as_ref());
-    key
 }
 
 /// `application/x-www-form-urlencoded` encoding of one value.

@@ -7,6 +7,7 @@
 //! was ever loaded, [`KeyLookup::Unavailable`] (503).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::JwkSet;
@@ -40,6 +41,8 @@ pub(crate) struct IssuerKeys {
     keys: RwLock<Option<Arc<JwkSet>>>,
     /// When the last fetch started; held while fetching, so concurrent misses fetch once.
     last_fetch: Mutex<Option<Instant>>,
+    /// Distinct key sets loaded so far.
+    loads: AtomicU64,
 }
 
 impl IssuerKeys {
@@ -50,11 +53,18 @@ impl IssuerKeys {
             refetch_interval,
             keys: RwLock::new(None),
             last_fetch: Mutex::new(None),
+            loads: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn issuer(&self) -> &str {
         &self.issuer
+    }
+
+    /// How many distinct key sets were loaded so far: a verdict reached under other keys is
+    /// stale.
+    pub(crate) fn loads(&self) -> u64 {
+        self.loads.load(Ordering::Acquire)
     }
 
     /// The key set holding `kid` (`None`: any set), fetching it again if the cached one does
@@ -78,7 +88,11 @@ impl IssuerKeys {
             match self.fetch().await {
                 Ok(set) => {
                     tracing::info!(issuer = %self.issuer, keys = set.keys.len(), "authorization server keys loaded");
-                    *self.keys.write().await = Some(Arc::new(set));
+                    let mut keys = self.keys.write().await;
+                    if keys.as_deref() != Some(&set) {
+                        *keys = Some(Arc::new(set));
+                        self.loads.fetch_add(1, Ordering::Release);
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(issuer = %self.issuer, %error, "authorization server keys not loaded");

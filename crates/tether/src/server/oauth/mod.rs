@@ -18,6 +18,7 @@
 mod introspect;
 mod keys;
 mod token;
+mod verdicts;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,6 +31,7 @@ use self::introspect::Introspector;
 pub use self::introspect::{DEFAULT_INTROSPECTION_CACHE, IntrospectionConfig};
 use self::keys::{IssuerKeys, KeyLookup};
 use self::token::{Rejection, Unverified};
+use self::verdicts::{Verdicts, trust_until_expiry};
 use super::auth::{AuthFailure, Authenticator, Credentials, bearer_challenge, presented_token};
 
 /// The scope that asks for a refresh token, which a resource server does not advertise.
@@ -37,6 +39,10 @@ const OFFLINE_ACCESS: &str = "offline_access";
 
 /// The default leeway on `exp` and `nbf`.
 pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
+
+/// The longest a JWT's verified verdict is kept (never past its `exp`, nor past a reload
+/// of its issuer's keys): a presented-again token skips the signature check.
+const JWT_TRUST: Duration = Duration::from_secs(300);
 
 /// The default least time between two fetches of an issuer's keys.
 pub const DEFAULT_REFETCH_INTERVAL: Duration = Duration::from_secs(30);
@@ -106,6 +112,8 @@ pub struct OAuthResource {
     config: OAuthConfig,
     issuers: Vec<IssuerKeys>,
     introspector: Option<Introspector>,
+    /// Tokens already decided.
+    verdicts: Verdicts,
     /// Per tool, the required scopes and the tool's own: what its challenge names.
     tool_scopes: HashMap<String, Vec<String>>,
     metadata_url: String,
@@ -188,6 +196,7 @@ impl OAuthResource {
             config,
             issuers,
             introspector,
+            verdicts: Verdicts::default(),
             tool_scopes,
             metadata_url,
             metadata,
@@ -201,27 +210,84 @@ impl OAuthResource {
         &self.metadata_url
     }
 
-    /// Checks `token`, whose header and claimed issuer `unverified` read.
-    async fn check(
+    /// Which keys are loaded: changes whenever an issuer's keys are loaded again.
+    fn key_epoch(&self) -> u64 {
+        self.issuers.iter().map(IssuerKeys::loads).sum()
+    }
+
+    /// The verdict on a token not decided yet, and how long it may be trusted; an error when
+    /// no verdict can be reached now (an authorization server out of reach).
+    async fn decide(
+        &self,
+        token: &str,
+    ) -> Result<(Result<Credentials, Rejection>, Duration), AuthFailure> {
+        let leeway = self.config.leeway.as_secs();
+        match token::inspect(token) {
+            Ok(unverified) => {
+                let decided = self.verify(token, &unverified).await;
+                if let Ok((Err(rejection), _)) = &decided {
+                    // The token's issuer and key id, never the token.
+                    tracing::info!(
+                        reason = rejection.as_str(),
+                        iss = unverified.issuer,
+                        kid = unverified.kid,
+                        "access token refused"
+                    );
+                }
+                decided
+            }
+            // Not a JWT at all: an opaque token, which only its issuer can judge.
+            Err(Rejection::Malformed) if let Some(introspector) = &self.introspector => {
+                let decided = introspector
+                    .check(token, &self.config.issuers, &self.config.resource, leeway)
+                    .await;
+                if let Ok((Err(rejection), _)) = &decided {
+                    tracing::info!(reason = rejection.as_str(), "opaque access token refused");
+                }
+                decided
+            }
+            Err(rejection) => {
+                tracing::info!(reason = rejection.as_str(), "access token refused");
+                Ok((Err(rejection), Duration::ZERO))
+            }
+        }
+    }
+
+    /// Verifies the JWT `token`, whose header and claimed issuer `unverified` read. A refusal
+    /// is not kept: forged tokens are cheap to make, and each would take a place.
+    async fn verify(
         &self,
         token: &str,
         unverified: &Unverified,
-    ) -> Result<Credentials, AuthFailure> {
-        let invalid = |rejection: Rejection| AuthFailure::InvalidToken(rejection.as_str());
-        let issuer = self
+    ) -> Result<(Result<Credentials, Rejection>, Duration), AuthFailure> {
+        let refused = |rejection| Ok((Err(rejection), Duration::ZERO));
+        let Some(issuer) = self
             .issuers
             .iter()
             .find(|keys| keys.issuer() == unverified.issuer)
-            .ok_or(invalid(Rejection::Issuer))?;
+        else {
+            return refused(Rejection::Issuer);
+        };
         let set = match issuer.lookup(unverified.kid.as_deref()).await {
             KeyLookup::Found(set) => set,
             KeyLookup::Unavailable => return Err(AuthFailure::Unavailable),
         };
-        let key = token::key_for(&set, unverified).map_err(invalid)?;
+        let key = match token::key_for(&set, unverified) {
+            Ok(key) => key,
+            Err(rejection) => return refused(rejection),
+        };
         let leeway = self.config.leeway.as_secs();
-        let credentials = token::verify(token, unverified, key, &self.config.resource, leeway)
-            .map_err(invalid)?;
-        self.require_scopes(credentials)
+        match token::verify(token, unverified, key, &self.config.resource, leeway) {
+            Ok((credentials, exp)) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs();
+                let trust = trust_until_expiry(JWT_TRUST, Some(exp.saturating_add(leeway)), now);
+                Ok((Ok(credentials), trust))
+            }
+            Err(rejection) => refused(rejection),
+        }
     }
 
     /// `credentials`, if they hold the scopes every request needs.
@@ -242,32 +308,19 @@ impl Authenticator for OAuthResource {
         let token = presented_token(headers)?;
         let token =
             std::str::from_utf8(token).map_err(|_| AuthFailure::InvalidToken("malformed"))?;
-        match token::inspect(token) {
-            Ok(unverified) => self.check(token, &unverified).await.inspect_err(|failure| {
-                // The token's issuer and key id, never the token.
-                tracing::info!(
-                    reason = failure.reason(),
-                    iss = unverified.issuer,
-                    kid = unverified.kid,
-                    "access token refused"
-                );
-            }),
-            // Not a JWT at all: an opaque token, which only its issuer can judge.
-            Err(Rejection::Malformed) if let Some(introspector) = &self.introspector => {
-                let leeway = self.config.leeway.as_secs();
-                let credentials = introspector
-                    .check(token, &self.config.issuers, &self.config.resource, leeway)
-                    .await
-                    .inspect_err(|failure| {
-                        tracing::info!(reason = failure.reason(), "opaque access token refused");
-                    })?;
-                self.require_scopes(credentials)
+        let key = Verdicts::key(token);
+        let epoch = self.key_epoch();
+        let verdict = match self.verdicts.get(&key, epoch) {
+            Some(verdict) => verdict,
+            None => {
+                let (verdict, trust) = self.decide(token).await?;
+                self.verdicts.keep(key, epoch, verdict.clone(), trust);
+                verdict
             }
-            Err(rejection) => {
-                tracing::info!(reason = rejection.as_str(), "access token refused");
-                Err(AuthFailure::InvalidToken(rejection.as_str()))
-            }
-        }
+        };
+        let credentials =
+            verdict.map_err(|rejection| AuthFailure::InvalidToken(rejection.as_str()))?;
+        self.require_scopes(credentials)
     }
 
     fn challenge(&self, failure: &AuthFailure) -> String {

@@ -163,6 +163,9 @@ fn same_algorithm(key: KeyAlgorithm, token: Algorithm) -> bool {
 #[derive(Deserialize)]
 struct Claims {
     iss: String,
+    // Optional here so that a token without it is `MissingClaim` (the validation requires
+    // it), not a payload that fails to parse.
+    exp: Option<u64>,
     sub: Option<String>,
     scope: Option<String>,
     scp: Option<Vec<String>>,
@@ -170,14 +173,14 @@ struct Claims {
     azp: Option<String>,
 }
 
-/// Verifies `token` with `key` for `resource`, and says who it is for.
+/// Verifies `token` with `key` for `resource`, and says who it is for and when it expires.
 pub(crate) fn verify(
     token: &str,
     unverified: &Unverified,
     key: &Jwk,
     resource: &str,
     leeway_secs: u64,
-) -> Result<Credentials, Rejection> {
+) -> Result<(Credentials, u64), Rejection> {
     let decoding = DecodingKey::from_jwk(key).map_err(|_| Rejection::UnknownKey)?;
     let mut validation = Validation::new(unverified.algorithm);
     validation.leeway = leeway_secs;
@@ -204,12 +207,13 @@ pub(crate) fn verify(
         (None, Some(scp)) => scp,
         (None, None) => Vec::new(),
     };
-    credentials(
+    let credentials = credentials(
         &claims.iss,
         claims.sub,
         claims.client_id.or(claims.azp),
         scopes,
-    )
+    )?;
+    Ok((credentials, claims.exp.ok_or(Rejection::MissingClaim)?))
 }
 
 /// Who a token checked by any means is for: `iss` and `sub`, or, for a token no resource
