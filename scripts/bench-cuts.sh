@@ -30,28 +30,9 @@ cargo build --release --quiet -p tether-cli --bin tether -p tether-testkit --bin
 tether=target/release/tether
 proxy=target/release/tether-fault-proxy
 
-scratch=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$scratch"
-}
-trap cleanup EXIT
-
-# Waits for the first line of $1 matching $2 and prints what follows the match.
-ready_line() {
-  local file=$1 pattern=$2
-  for _ in $(seq 1 200); do
-    if grep -q "$pattern" "$file" 2>/dev/null; then
-      grep -m1 "$pattern" "$file" | sed "s|.*$pattern||"
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "bench-cuts: no '$pattern' in $file" >&2
-  return 1
-}
+bench=bench-cuts
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 
 "$tether" serve --bind 127.0.0.1:0 --store "sqlite:$scratch/tether.db" --retry-ms "$RETRY_MS" \
   >"$scratch/serve.out" 2>"$scratch/serve.err" &

@@ -28,28 +28,9 @@ node=target/peers/node/node_modules/node/bin/node
 cargo build --release --quiet -p tether-cli --bin tether
 tether=target/release/tether
 
-scratch=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$scratch"
-}
-trap cleanup EXIT
-
-# Waits for the first line of $1 matching $2 and prints what follows the match.
-ready_line() {
-  local file=$1 pattern=$2
-  for _ in $(seq 1 200); do
-    if grep -q "$pattern" "$file" 2>/dev/null; then
-      grep -m1 "$pattern" "$file" | sed "s|.*$pattern||"
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "bench-oauth: no '$pattern' in $file" >&2
-  return 1
-}
+bench=bench-oauth
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 
 "$node" interop/oauth/mock-as.mjs --bind 127.0.0.1:0 >"$scratch/as.out" 2>"$scratch/as.err" &
 pids+=($!)

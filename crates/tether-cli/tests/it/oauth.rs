@@ -11,7 +11,8 @@
 //!   audience, another issuer, an unknown key, expired, not yet valid, no `exp`, oversized,
 //!   malformed): 401 `invalid_token` each, nothing served, and counted by reason;
 //! - the issuer's tokens accepted in both eras (`tether call`, legacy and auto), the principal
-//!   being `iss` + `sub`: another subject's token cannot use the first one's session;
+//!   being `iss` + `sub`: another subject's token cannot use the first one's session, nor get,
+//!   stream or cancel its tasks;
 //! - step-up: a tool that needs a scope the token lacks is 403 `insufficient_scope` naming every
 //!   scope the call needs; with it, the call runs;
 //! - key rotation: after the authorization server switches keys, new tokens are accepted after
@@ -938,6 +939,80 @@ async fn the_typescript_sdk_client_with_a_token_resumes_exactly_once() -> anyhow
     ensure!(
         !refused.status.success() && refused.json_lines()?.is_empty(),
         "{refused:?}"
+    );
+    Ok(())
+}
+
+/// Tasks belong to the token's principal: another subject of the same issuer asking
+/// `tasks/get`, `tasks/stream` or `tasks/cancel` about the first one's task is told it is
+/// unknown; the owner reads the task's stream to the end; a request without a token is 401
+/// before any task is looked at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_and_task_streams_belong_to_the_tokens_principal() -> anyhow::Result<()> {
+    use tether_testkit::raw::task_meta;
+    let issuer = authorization_server().await?;
+    let server = protected(issuer.url()).await?;
+    let resource = server.url().to_owned();
+    let both = format!("{SCOPE} {COUNT_SCOPE}");
+    let alice = token(
+        issuer.url(),
+        &resource,
+        &both,
+        &json!({"sub": "alice"}),
+        &json!({}),
+    )
+    .await?;
+    let mallory = token(
+        issuer.url(),
+        &resource,
+        &both,
+        &json!({"sub": "mallory"}),
+        &json!({}),
+    )
+    .await?;
+    let owner = RawClient::new(&resource)?.with_bearer_token(&alice);
+    let intruder = RawClient::new(&resource)?.with_bearer_token(&mallory);
+    let anonymous = RawClient::new(&resource)?;
+    let mut meta = task_meta();
+    meta["progressToken"] = json!("p");
+    let call = owner.modern(
+        1,
+        "tools/call",
+        json!({"name": "count", "arguments": {"n": 5, "interval_ms": 20}}),
+        meta,
+    );
+    let created = owner.exchange(&call).await?.json()?;
+    ensure!(created["result"]["resultType"] == "task", "{created}");
+    let task = created["result"]["taskId"]
+        .as_str()
+        .context("a task id")?
+        .to_owned();
+    for (id, method) in [(2, "tasks/get"), (3, "tasks/stream"), (4, "tasks/cancel")] {
+        let request = intruder.modern(id, method, json!({"taskId": task}), task_meta());
+        let answer = intruder.exchange(&request).await?.json()?;
+        ensure!(
+            answer["error"]["message"] == "unknown task",
+            "{method} by another subject: {answer}"
+        );
+        let request = anonymous.modern(id, method, json!({"taskId": task}), task_meta());
+        let answer = anonymous.exchange(&request).await?;
+        ensure!(answer.status == 401, "{method} without a token: {answer:?}");
+    }
+    let stream = owner.modern(5, "tasks/stream", json!({"taskId": task}), task_meta());
+    let events = owner.exchange(&stream).await?;
+    ensure!(events.status == 200, "{events:?}");
+    let text = String::from_utf8_lossy(&events.body);
+    for progress in 1..=5 {
+        ensure!(
+            text.contains(&format!("\"progress\":{progress}")),
+            "the owner's stream has progress {progress}: {text}"
+        );
+    }
+    let get = owner.modern(6, "tasks/get", json!({"taskId": task}), task_meta());
+    let status = owner.exchange(&get).await?.json()?;
+    ensure!(
+        status["result"]["status"] == "completed",
+        "the owner's task, not cancelled by the intruder: {status}"
     );
     Ok(())
 }
