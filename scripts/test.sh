@@ -54,7 +54,12 @@ stage doc        env RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace -
 stage fuzz-check bash -c 'cd fuzz && RUSTC_BOOTSTRAP=1 cargo check --locked --bins'
 # The conformance suite runs in a stage of its own, with its output shown, so that its summary
 # lines (per scenario, and the totals) appear in the test output.
-stage test       cargo test --locked --workspace --all-features -- --skip conformance_suite_
+stage test       cargo test --locked --workspace --all-features -- --skip conformance_suite_ \
+                   --skip oauth::
+# Authorization against the real authorization servers (oauth2-mock-server, oidc-provider) on
+# loopback: every test whose path has `oauth::` (tether's unit tests and tether-cli's
+# `it::oauth`), in a stage of its own with a budget of 5 minutes (it takes about 2).
+stage oauth      timeout 300 cargo test --locked --workspace --all-features -- oauth::
 # Each crate has one integration-test binary, `it`; the suite's tests are the ones named
 # `conformance_suite_*` in tether-cli's, the same filter the `test` stage skips.
 stage conformance cargo test --locked -p tether-cli --all-features \
