@@ -1,6 +1,7 @@
 //! What the subcommands that talk to a remote server (`call`, `connect`) read from their
-//! flags the same way: extra headers and the bearer token file. One place, so both accept and
-//! refuse exactly the same values.
+//! flags the same way: extra headers and the bearer token file; and the secret files `serve`
+//! reads. One place, so all accept and refuse exactly the same values. (`bench` is in the
+//! library and reads its token file itself.)
 
 use std::fs;
 use std::path::Path;
@@ -23,6 +24,18 @@ pub(crate) fn parse_header(header: &str) -> Result<(String, String), UsageError>
 /// Parses every `--header`.
 pub(crate) fn parse_headers(headers: &[String]) -> Result<Vec<(String, String)>, UsageError> {
     headers.iter().map(|header| parse_header(header)).collect()
+}
+
+/// The secret in the file `path` that `flag` names: its contents without surrounding
+/// whitespace, which must not be empty.
+pub(crate) fn read_secret_file(flag: &str, path: &Path) -> Result<String, UsageError> {
+    let text = fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("{flag} {}: {e}", path.display())))?;
+    let secret = text.trim();
+    if secret.is_empty() {
+        return Err(UsageError(format!("{flag} {} is empty", path.display())));
+    }
+    Ok(secret.to_owned())
 }
 
 /// The bearer token in `path` (surrounding whitespace removed), as the client's auth hook.

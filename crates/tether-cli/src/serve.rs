@@ -469,21 +469,9 @@ impl ServeArgs {
         ) else {
             return Ok(None);
         };
-        let secret = std::fs::read_to_string(secret_file).map_err(|error| {
-            UsageError(format!(
-                "--oauth-introspection-secret-file {}: {error}",
-                secret_file.display()
-            ))
-        })?;
-        let secret = secret.trim_end_matches(['\r', '\n']);
-        if secret.is_empty() {
-            return Err(UsageError(format!(
-                "--oauth-introspection-secret-file {} is empty",
-                secret_file.display()
-            )));
-        }
-        let mut config =
-            IntrospectionConfig::new(url.clone(), client_id.clone(), secret.to_owned());
+        let secret =
+            crate::remote::read_secret_file("--oauth-introspection-secret-file", secret_file)?;
+        let mut config = IntrospectionConfig::new(url.clone(), client_id.clone(), secret);
         config.cache_for = Duration::from_secs(self.oauth_introspection_cache_secs);
         Ok(Some(config))
     }

@@ -11,12 +11,12 @@
 //! answer that is not JSON) is no verdict: the request gets 503 and the next one asks again,
 //! while tokens already decided keep working.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::token::{self, Rejection};
-use super::verdicts::trust_until_expiry;
+use super::verdicts::{Decided, trust_until_expiry};
 use crate::server::auth::{AuthFailure, Credentials};
 
 /// The default longest time an introspection answer is trusted.
@@ -134,29 +134,16 @@ pub(crate) fn judge(
     {
         return Err(Rejection::TokenType);
     }
-    let scopes = answer
-        .scope
-        .as_deref()
-        .unwrap_or_default()
-        .split_ascii_whitespace()
-        .map(str::to_owned)
-        .collect();
+    let scopes = token::scope_list(answer.scope.as_deref().unwrap_or_default());
     let credentials = token::credentials(issuer, answer.sub, answer.client_id, scopes)?;
     Ok((credentials, answer.exp))
 }
 
 /// Introspects opaque tokens (module docs).
+#[derive(Debug)]
 pub(crate) struct Introspector {
     config: IntrospectionConfig,
     http: reqwest::Client,
-}
-
-impl std::fmt::Debug for Introspector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Introspector")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Introspector {
@@ -164,23 +151,17 @@ impl Introspector {
         Self { config, http }
     }
 
-    /// The endpoint's verdict on `token`, and how long it may be trusted; an error when the
-    /// endpoint could not be asked.
+    /// The endpoint's verdict on `token` at `now` (seconds since the epoch), and how long it
+    /// may be trusted; an error when the endpoint could not be asked.
     pub(crate) async fn check(
         &self,
         token: &str,
         issuers: &[String],
         resource: &str,
+        now: u64,
         leeway: u64,
-    ) -> Result<(Result<Credentials, Rejection>, Duration), AuthFailure> {
-        if token.len() > token::MAX_TOKEN_BYTES {
-            return Ok((Err(Rejection::Malformed), Duration::ZERO));
-        }
+    ) -> Decided {
         let answer = self.ask(token).await?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
         let verdict = judge(answer, issuers, resource, now, leeway);
         let exp = verdict.as_ref().ok().and_then(|(_, exp)| *exp);
         let trust = trust_until_expiry(self.config.cache_for, exp, now);

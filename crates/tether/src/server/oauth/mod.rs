@@ -31,7 +31,7 @@ use self::introspect::Introspector;
 pub use self::introspect::{DEFAULT_INTROSPECTION_CACHE, IntrospectionConfig};
 use self::keys::{IssuerKeys, KeyLookup};
 use self::token::{Rejection, Unverified};
-use self::verdicts::{Verdicts, trust_until_expiry};
+use self::verdicts::{Decided, Verdicts, trust_until_expiry};
 use super::auth::{AuthFailure, Authenticator, Credentials, bearer_challenge, presented_token};
 
 /// The scope that asks for a refresh token, which a resource server does not advertise.
@@ -215,16 +215,13 @@ impl OAuthResource {
         self.issuers.iter().map(IssuerKeys::loads).sum()
     }
 
-    /// The verdict on a token not decided yet, and how long it may be trusted; an error when
-    /// no verdict can be reached now (an authorization server out of reach).
-    async fn decide(
-        &self,
-        token: &str,
-    ) -> Result<(Result<Credentials, Rejection>, Duration), AuthFailure> {
+    /// The verdict on a token not decided yet (see [`Decided`]).
+    async fn decide(&self, token: &str) -> Decided {
         let leeway = self.config.leeway.as_secs();
+        let now = crate::store::tasks::now_ms() / 1000;
         match token::inspect(token) {
             Ok(unverified) => {
-                let decided = self.verify(token, &unverified).await;
+                let decided = self.verify(token, &unverified, now).await;
                 if let Ok((Err(rejection), _)) = &decided {
                     // The token's issuer and key id, never the token.
                     tracing::info!(
@@ -239,7 +236,13 @@ impl OAuthResource {
             // Not a JWT at all: an opaque token, which only its issuer can judge.
             Err(Rejection::Malformed) if let Some(introspector) = &self.introspector => {
                 let decided = introspector
-                    .check(token, &self.config.issuers, &self.config.resource, leeway)
+                    .check(
+                        token,
+                        &self.config.issuers,
+                        &self.config.resource,
+                        now,
+                        leeway,
+                    )
                     .await;
                 if let Ok((Err(rejection), _)) = &decided {
                     tracing::info!(reason = rejection.as_str(), "opaque access token refused");
@@ -253,13 +256,10 @@ impl OAuthResource {
         }
     }
 
-    /// Verifies the JWT `token`, whose header and claimed issuer `unverified` read. A refusal
-    /// is not kept: forged tokens are cheap to make, and each would take a place.
-    async fn verify(
-        &self,
-        token: &str,
-        unverified: &Unverified,
-    ) -> Result<(Result<Credentials, Rejection>, Duration), AuthFailure> {
+    /// Verifies the JWT `token`, whose header and claimed issuer `unverified` read, at `now`
+    /// (seconds since the epoch). A refusal is not kept: forged tokens are cheap to make, and
+    /// each would take a place.
+    async fn verify(&self, token: &str, unverified: &Unverified, now: u64) -> Decided {
         let refused = |rejection| Ok((Err(rejection), Duration::ZERO));
         let Some(issuer) = self
             .issuers
@@ -279,10 +279,6 @@ impl OAuthResource {
         let leeway = self.config.leeway.as_secs();
         match token::verify(token, unverified, key, &self.config.resource, leeway) {
             Ok((credentials, exp)) => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_secs();
                 let trust = trust_until_expiry(JWT_TRUST, Some(exp.saturating_add(leeway)), now);
                 Ok((Ok(credentials), trust))
             }
@@ -306,8 +302,17 @@ impl OAuthResource {
 impl Authenticator for OAuthResource {
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Credentials, AuthFailure> {
         let token = presented_token(headers)?;
-        let token =
-            std::str::from_utf8(token).map_err(|_| AuthFailure::InvalidToken("malformed"))?;
+        let malformed = || {
+            tracing::info!(
+                reason = Rejection::Malformed.as_str(),
+                "access token refused"
+            );
+            AuthFailure::InvalidToken(Rejection::Malformed.as_str())
+        };
+        if token.len() > token::MAX_TOKEN_BYTES {
+            return Err(malformed());
+        }
+        let token = std::str::from_utf8(token).map_err(|_| malformed())?;
         let key = Verdicts::key(token);
         let epoch = self.key_epoch();
         let verdict = match self.verdicts.get(&key, epoch) {

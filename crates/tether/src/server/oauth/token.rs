@@ -32,7 +32,8 @@ const ACCEPTED: [Algorithm; 9] = [
     Algorithm::EdDSA,
 ];
 
-/// Tokens longer than this are refused before anything is decoded.
+/// Tokens longer than this are refused before anything is decoded, hashed or sent anywhere
+/// (`super::OAuthResource`'s `authenticate`).
 pub(crate) const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 /// Why a token was refused; the label is counted and logged, never sent.
@@ -99,7 +100,7 @@ struct IssuerOnly {
 
 /// Reads the header and the payload's `iss` without trusting either.
 pub(crate) fn inspect(token: &str) -> Result<Unverified, Rejection> {
-    if token.len() > MAX_TOKEN_BYTES || token.split('.').count() != 3 {
+    if token.split('.').count() != 3 {
         return Err(Rejection::Malformed);
     }
     // An unknown `alg` (`none` included) fails to parse: jsonwebtoken has no such algorithm.
@@ -202,8 +203,8 @@ pub(crate) fn verify(
         }
     })?;
     let claims = data.claims;
-    let scopes: Vec<String> = match (claims.scope, claims.scp) {
-        (Some(scope), _) => scope.split_ascii_whitespace().map(str::to_owned).collect(),
+    let scopes = match (claims.scope, claims.scp) {
+        (Some(scope), _) => scope_list(&scope),
         (None, Some(scp)) => scp,
         (None, None) => Vec::new(),
     };
@@ -214,6 +215,11 @@ pub(crate) fn verify(
         scopes,
     )?;
     Ok((credentials, claims.exp.ok_or(Rejection::MissingClaim)?))
+}
+
+/// The scopes of a space-separated `scope` claim or introspection field.
+pub(crate) fn scope_list(scope: &str) -> Vec<String> {
+    scope.split_ascii_whitespace().map(str::to_owned).collect()
 }
 
 /// Who a token checked by any means is for: `iss` and `sub`, or, for a token no resource

@@ -10,10 +10,14 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::token::Rejection;
-use crate::server::auth::Credentials;
+use crate::server::auth::{AuthFailure, Credentials};
 
 /// Verdicts kept at most; past this, expired ones go, then all.
 const MAX_KEPT: usize = 10_000;
+
+/// A token decided, and how long the verdict may be trusted; an error when no verdict can be
+/// reached now (an authorization server out of reach).
+pub(crate) type Decided = Result<(Result<Credentials, Rejection>, Duration), AuthFailure>;
 
 /// A token's cache key: its SHA-256.
 pub(crate) type TokenKey = [u8; 32];
