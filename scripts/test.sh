@@ -46,7 +46,7 @@ stage setup      scripts/setup.sh
 stage fmt        cargo fmt --all -- --check
 stage deps       scripts/check-deps.sh
 stage docs       scripts/check-docs.sh
-stage modules    python3 scripts/check-module-graph.py --self-test crates/tether/src/server
+stage modules    python3 scripts/check-module-graph.py --self-test crates/tether/src/server crates/tether/src/client/oauth
 stage clippy     cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 stage doc        env RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --all-features --no-deps
 # The fuzz targets live outside the workspace (cargo-fuzz needs nightly features, unlocked
@@ -57,9 +57,10 @@ stage fuzz-check bash -c 'cd fuzz && RUSTC_BOOTSTRAP=1 cargo check --locked --bi
 stage test       cargo test --locked --workspace --all-features -- --skip conformance_suite_ \
                    --skip oauth::
 # Authorization against the real authorization servers (oauth2-mock-server, oidc-provider) on
-# loopback: every test whose path has `oauth::` (tether's unit tests and tether-cli's
-# `it::oauth`), in a stage of its own with a budget of 5 minutes (it takes about 2).
-stage oauth      timeout 300 cargo test --locked --workspace --all-features -- oauth::
+# loopback: every test whose path has `oauth::` (tether's unit tests, tether-cli's `it::oauth`
+# for the server and `it::oauth::client` for `tether call`, `connect` and `auth` as OAuth
+# clients), in a stage of its own with a budget of 10 minutes (it takes about 4).
+stage oauth      timeout 600 cargo test --locked --workspace --all-features -- oauth::
 # Each crate has one integration-test binary, `it`; the suite's tests are the ones named
 # `conformance_suite_*` in tether-cli's, the same filter the `test` stage skips.
 stage conformance cargo test --locked -p tether-cli --all-features \

@@ -27,6 +27,7 @@ use tether::client::{
 };
 use tether::proto::jsonrpc::{ErrorObject, Message, Response};
 
+use crate::auth::OAuthArgs;
 use crate::{UsageError, remote};
 
 /// Exit codes (docs/CONTRACTS.md#exit-codes).
@@ -91,6 +92,10 @@ pub(crate) struct CallArgs {
     /// server would run it as one (in the 2026-07-28 era it then cannot survive a cut).
     #[arg(long, conflicts_with = "resume")]
     no_task: bool,
+    /// OAuth, when the server asks for it and no `--bearer-token-file` is given (with
+    /// `--resume`, the flags the call was started with are used).
+    #[command(flatten)]
+    oauth: OAuthArgs,
 }
 
 /// What the token file holds: everything `--resume` needs.
@@ -101,6 +106,9 @@ struct SavedCall {
     json: bool,
     headers: Vec<(String, String)>,
     bearer_token_file: Option<PathBuf>,
+    /// The OAuth flags (paths absolute), so that a resumed call finds the same cache.
+    #[serde(default)]
+    oauth: OAuthArgs,
     idle_timeout_secs: u64,
     token: ResumptionToken,
     /// The task the call runs as, if it does (docs/CONTRACTS.md#call-tasks); the same as
@@ -165,6 +173,7 @@ fn plan(args: &CallArgs) -> anyhow::Result<(SavedCall, Value, Option<PathBuf>)> 
         json: args.json,
         headers,
         bearer_token_file,
+        oauth: args.oauth.absolute()?,
         idle_timeout_secs: args.idle_timeout_secs,
         token: ResumptionToken {
             session_id: None,
@@ -192,9 +201,11 @@ fn config(
     if let Some(secs) = args.reconnect_budget_secs {
         config.reconnect.budget.max_elapsed = Duration::from_secs(secs);
     }
-    if let Some(path) = &saved.bearer_token_file {
-        config.auth = Some(remote::bearer_auth(path)?);
-    }
+    config.auth = Some(
+        saved
+            .oauth
+            .auth_for(&saved.url, saved.bearer_token_file.as_deref())?,
+    );
     if let Some(path) = token_file {
         let template = saved.clone();
         config.on_resumption_token = Some(Arc::new(move |token: &ResumptionToken| {
@@ -428,6 +439,7 @@ fn failed(error: &Error, bar: Option<&ProgressBar>) -> ExitCode {
         None => eprintln!("{line}"),
     }
     match error {
+        Error::Auth(error) => crate::auth::auth_failed(error),
         Error::SessionExpired => ExitCode::from(EXIT_SESSION_EXPIRED),
         Error::Config(_) => ExitCode::from(crate::EXIT_USAGE),
         _ => ExitCode::from(EXIT_TRANSPORT),

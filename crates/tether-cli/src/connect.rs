@@ -16,6 +16,7 @@ use anyhow::Context as _;
 use tether::client::{ClientConfig, ProtocolChoice};
 use tokio::io::BufReader;
 
+use crate::auth::OAuthArgs;
 use crate::{UsageError, remote};
 
 /// Arguments of `tether connect`.
@@ -39,6 +40,9 @@ pub(crate) struct ConnectArgs {
     /// The protocol era: `legacy`, `auto` or a version such as `2026-07-28`.
     #[arg(long, value_name = "ERA", default_value = "auto")]
     protocol: ProtocolChoice,
+    /// OAuth, when the server asks for it and no `--bearer-token-file` is given.
+    #[command(flatten)]
+    oauth: OAuthArgs,
 }
 
 /// Runs `tether connect` until stdin ends.
@@ -49,9 +53,10 @@ pub(crate) fn run(args: ConnectArgs) -> anyhow::Result<ExitCode> {
         config.protocol = args.protocol;
         config
     };
-    if let Some(path) = &args.bearer_token_file {
-        config.auth = Some(remote::bearer_auth(path)?);
-    }
+    config.auth = Some(
+        args.oauth
+            .auth_for(&args.url, args.bearer_token_file.as_deref())?,
+    );
     config.reconnect.idle_timeout = Duration::from_secs(args.idle_timeout_secs.max(1));
     config.reconnect.budget.max_elapsed = Duration::from_secs(args.reconnect_budget_secs.max(1));
     if !args.url.starts_with("http://") && !args.url.starts_with("https://") {

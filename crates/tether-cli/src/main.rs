@@ -3,8 +3,9 @@
 //! `main` parses arguments, sets up logging (stderr, `RUST_LOG`) and maps the outcome to the
 //! exit codes that docs/CONTRACTS.md#exit-codes pins: 0 success, 2 usage error (including a flag
 //! value clap cannot check), 1 any other failure; `call` returns its own codes (3 transport
-//! failure, 4 session expired). Each subcommand lives in its own module and calls the library.
+//! failure, 4 session expired, 5 authorization failed). Each subcommand lives in its own module and calls the library.
 
+mod auth;
 mod call;
 #[cfg(feature = "conformance")]
 mod conformance_client;
@@ -36,6 +37,8 @@ enum Command {
     Call(Box<call::CallArgs>),
     /// Bridge stdio to a remote MCP server, surviving cuts and restarts.
     Connect(Box<connect::ConnectArgs>),
+    /// Sign in to a protected MCP server ahead of time, sign out, or list the sign-ins.
+    Auth(Box<auth::AuthArgs>),
     /// Measure an MCP server (tether or a peer): throughput, fanout, resume, idle, store.
     Bench(Box<tether_cli::bench::BenchArgs>),
     /// Play the client side of one conformance-suite scenario (`MCP_CONFORMANCE_SCENARIO`).
@@ -90,6 +93,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::ConformanceClient(args) => {
             init_logging("warn");
             conformance_client::run(args)
+        }
+        Command::Auth(args) => {
+            init_logging("warn");
+            auth::run(*args)
         }
         Command::Bench(args) => {
             init_logging("warn");

@@ -389,6 +389,7 @@ fn with_id(response: Response, id: RequestId) -> Response {
 fn failure(id: RequestId, error: &Error) -> Message {
     let reason = match error {
         Error::SessionExpired => "session_expired",
+        Error::Auth(_) => "authorization",
         _ => "transport",
     };
     let error = ErrorObject::new(INTERNAL_ERROR, format!("tether: {error}"))

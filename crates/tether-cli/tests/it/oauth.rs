@@ -25,6 +25,8 @@
 //!   revoked and other-audience ones are refused; with answers not kept, a revocation is seen
 //!   at the next request; an unreachable introspection endpoint leaves cached tokens working.
 
+mod client;
+
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};

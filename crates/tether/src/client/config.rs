@@ -1,15 +1,14 @@
-//! How a client behaves: [`ClientConfig`](super::ClientConfig) with every default and the reason for it, and the
-//! bearer-token hooks ([`AuthProvider`], [`StaticToken`]).
+//! How a client behaves: [`ClientConfig`](super::ClientConfig) with every default and the
+//! reason for it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::{Value, json};
 use tether_proto::reconnect::ReconnectConfig;
 use tether_proto::version::ProtocolVersion;
 
-use super::{ResumptionToken, ServerRequestHandler};
+use super::{AuthProvider, ResumptionToken, ServerRequestHandler};
 
 /// Default [`ClientConfig::request_timeout`](super::ClientConfig::request_timeout): 30 s to get the head of an answer (or a whole
 /// JSON body). Long tool calls are not bounded by it: their SSE streams are watched by the
@@ -34,25 +33,6 @@ pub const MAX_ERROR_BODY: usize = 4096;
 
 /// Called with the new token after each commit that moves a stream's cursor.
 pub type TokenCallback = Arc<dyn Fn(&ResumptionToken) + Send + Sync>;
-
-/// Supplies the bearer token sent as `Authorization: Bearer …`.
-#[async_trait]
-pub trait AuthProvider: Send + Sync {
-    /// The token to send, or `None` for no `Authorization` header. `refresh` is `true` after
-    /// the server answered 401 to the previous token; the request is then sent once more.
-    async fn bearer_token(&self, refresh: bool) -> Option<String>;
-}
-
-/// A fixed bearer token.
-#[derive(Debug, Clone)]
-pub struct StaticToken(pub String);
-
-#[async_trait]
-impl AuthProvider for StaticToken {
-    async fn bearer_token(&self, _refresh: bool) -> Option<String> {
-        Some(self.0.clone())
-    }
-}
 
 /// Which protocol era a [`Client`](super::Client) speaks (docs/CONTRACTS.md#client-era).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -123,7 +103,8 @@ pub struct ClientConfig {
     pub capabilities: Value,
     /// Extra headers on every request.
     pub headers: Vec<(String, String)>,
-    /// The bearer token hook.
+    /// The bearer token hook: [`StaticToken`](super::StaticToken), an
+    /// [`OAuthProvider`](super::oauth::OAuthProvider), or the application's own.
     pub auth: Option<Arc<dyn AuthProvider>>,
     /// Called after each commit; see [`MessageStream`](super::MessageStream).
     pub on_resumption_token: Option<TokenCallback>,

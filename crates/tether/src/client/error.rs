@@ -55,9 +55,14 @@ pub enum Error {
         /// Time since the outage began.
         elapsed: Duration,
     },
-    /// The server answered 401 twice, the second time after a fresh token was asked for.
+    /// The server answered 401 and the [`AuthProvider`](super::AuthProvider) had no other
+    /// token for it (or there is none).
     #[error("unauthorized (401): the server refused the credentials, or none were sent")]
     Unauthorized,
+    /// The [`AuthProvider`](super::AuthProvider) could not get credentials: a sign-in that
+    /// failed or needs the user, an authorization server that cannot be reached, …
+    #[error(transparent)]
+    Auth(#[from] super::AuthError),
     /// The server answered with a status the client cannot recover from.
     #[error("server answered {status}: {body}")]
     Status {

@@ -43,12 +43,14 @@
 //! lower-case spelling when both are set; `HTTP_PROXY` is ignored when `REQUEST_METHOD` is
 //! set (CGI). Loopback addresses are not bypassed implicitly: list them in `NO_PROXY`.
 
+mod auth;
 mod call;
 mod config;
 mod error;
 mod events;
 mod handler;
 mod modern;
+pub mod oauth;
 mod resume;
 mod retry;
 mod session;
@@ -69,11 +71,11 @@ use tether_proto::jsonrpc::{
 use tether_proto::version::ProtocolVersion;
 use tokio::sync::mpsc;
 
+pub use auth::{AuthError, AuthProvider, AuthRefusal, MAX_AUTH_RETRIES, StaticToken};
 pub use call::{ToolCall, ToolCallItem};
 pub use config::{
-    AuthProvider, ClientConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUP_WINDOW,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_STREAM_BUFFER, MAX_ERROR_BODY, ProtocolChoice, StaticToken,
-    TokenCallback,
+    ClientConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEDUP_WINDOW, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_STREAM_BUFFER, MAX_ERROR_BODY, ProtocolChoice, TokenCallback,
 };
 pub use error::{BoxError, Error};
 pub use events::{ClientEvent, ClientEvents};

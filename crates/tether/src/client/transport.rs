@@ -19,7 +19,7 @@ use tether_proto::headers::{
 use tether_proto::version::ProtocolVersion;
 
 use super::error::Error;
-use super::{AuthProvider, MAX_ERROR_BODY};
+use super::{AuthError, AuthProvider, AuthRefusal, MAX_AUTH_RETRIES, MAX_ERROR_BODY};
 
 /// The session as the transport knows it.
 #[derive(Debug, Clone, Default)]
@@ -113,7 +113,6 @@ pub(crate) struct Transport {
     url: reqwest::Url,
     headers: HeaderMap,
     auth: Option<Arc<dyn AuthProvider>>,
-    token: Mutex<Option<String>>,
     session: Mutex<Session>,
     request_timeout: Duration,
 }
@@ -131,7 +130,6 @@ impl Transport {
             url,
             headers,
             auth,
-            token: Mutex::new(None),
             session: Mutex::new(Session::default()),
             request_timeout,
         }
@@ -156,15 +154,20 @@ impl Transport {
         f(&mut self.session.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
-    /// Sends a request built by `build` for the current session, with the bearer token; on 401
-    /// asks the auth hook for a fresh token and sends once more. Waits for the response head
-    /// at most the request timeout. Returns the response whatever its status, with the session
-    /// it was sent for.
+    /// Sends a request built by `build` for the current session, with the bearer token; when
+    /// the server refuses the credentials (401, or 403 `insufficient_scope`) hands the refusal
+    /// to the auth hook and, if it gives another token, sends the request again, at most
+    /// [`MAX_AUTH_RETRIES`] times. Waits for the response head at most the request timeout.
+    /// Returns the response whatever its status, with the session it was sent for.
     async fn send(
         &self,
         build: impl Fn(&Session) -> RequestBuilder,
     ) -> Result<(Response, Session), Error> {
-        let mut refreshed = false;
+        let mut token = match &self.auth {
+            Some(auth) => auth.token().await.map_err(auth_failure)?,
+            None => None,
+        };
+        let mut attempt = 0;
         loop {
             let session = self.session();
             let mut request = build(&session).headers(self.headers.clone());
@@ -174,39 +177,30 @@ impl Transport {
             if let Some(version) = session.version {
                 request = request.header(spelled::MCP_PROTOCOL_VERSION, version.as_str());
             }
-            if let Some(token) = self.bearer(refreshed).await {
+            if let Some(token) = &token {
                 request = request.header(AUTHORIZATION, format!("Bearer {token}"));
             }
             let response = tokio::time::timeout(self.request_timeout, request.send())
                 .await
                 .map_err(|_| Error::Timeout)?
                 .map_err(Error::network)?;
-            if response.status().as_u16() == 401 && self.auth.is_some() && !refreshed {
-                refreshed = true;
-                continue;
+            let Some(auth) = &self.auth else {
+                return Ok((response, session));
+            };
+            let Some(refusal) = refusal(&response, token.take(), attempt) else {
+                return Ok((response, session));
+            };
+            if attempt >= MAX_AUTH_RETRIES {
+                return Ok((response, session));
             }
-            return Ok((response, session));
-        }
-    }
-
-    async fn bearer(&self, refresh: bool) -> Option<String> {
-        let auth = self.auth.as_ref()?;
-        if !refresh {
-            let cached = self
-                .token
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            if cached.is_some() {
-                return cached;
+            match auth.refused(&refusal).await.map_err(auth_failure)? {
+                Some(fresh) => {
+                    token = Some(fresh);
+                    attempt += 1;
+                }
+                None => return Ok((response, session)),
             }
         }
-        let token = auth.bearer_token(refresh).await;
-        self.token
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone_from(&token);
-        token
     }
 
     /// POSTs one JSON-RPC message (T18). Before initialization completes the session has no
@@ -279,5 +273,39 @@ impl Transport {
     /// DELETE the session.
     pub(crate) async fn delete(&self) -> Result<(Response, Session), Error> {
         self.send(|_| self.http.delete(self.url.clone())).await
+    }
+}
+
+/// The refusal in `response`, if it refuses the credentials: a 401, or a 403 whose Bearer
+/// challenge says `insufficient_scope` (any other 403 is about something else).
+fn refusal(response: &Response, token: Option<String>, attempt: u32) -> Option<AuthRefusal> {
+    let status = response.status().as_u16();
+    let www_authenticate: Vec<String> = response
+        .headers()
+        .get_all(reqwest::header::WWW_AUTHENTICATE)
+        .iter()
+        .filter_map(|value| value.to_str().ok().map(str::to_owned))
+        .collect();
+    let refused = match status {
+        401 => true,
+        403 => super::oauth::BearerChallenge::find(www_authenticate.iter().map(String::as_str))
+            .is_some_and(|challenge| challenge.is_insufficient_scope()),
+        _ => false,
+    };
+    refused.then_some(AuthRefusal {
+        status,
+        www_authenticate,
+        token,
+        attempt,
+    })
+}
+
+/// An auth hook's failure as the client's error. An authorization server that cannot be
+/// reached is a network failure: the request is retried within the reconnect budget, so a
+/// refresh that meets a brief outage does not end a stream.
+fn auth_failure(error: AuthError) -> Error {
+    match error {
+        error @ AuthError::Unreachable { .. } => Error::Network(Box::new(error)),
+        error => Error::Auth(error),
     }
 }

@@ -17,7 +17,9 @@ use axum::middleware::{self, Next};
 use axum::response::Response as HttpResponse;
 use axum::serve::ListenerExt as _;
 use futures_util::StreamExt as _;
-use tether::client::{AuthProvider, Client, ClientConfig, Error, ProtocolChoice};
+use tether::client::{
+    AuthError, AuthProvider, AuthRefusal, Client, ClientConfig, Error, ProtocolChoice, StaticToken,
+};
 use tether::demo::DemoHandler;
 use tether::server::{Server, ServerConfig};
 use tether::store::{StoreLimits, Stores};
@@ -232,18 +234,46 @@ async fn a_resume_of_evicted_events_fails_with_events_unavailable_expired() {
     assert_eq!(progress, (1..=progress.len() as u64).collect::<Vec<_>>());
 }
 
-/// An auth hook that hands out a stale token first and a fresh one when asked to refresh,
-/// recording each `refresh` flag it was asked with.
+/// An auth hook that hands out a stale token until a refusal, and a fresh one from then on,
+/// recording what it was asked: `token` for a token, `refused <token>` for a refusal.
 struct RotatingToken {
-    asked: Mutex<Vec<bool>>,
+    asked: Mutex<Vec<String>>,
     fresh: &'static str,
+    refreshed: Mutex<bool>,
+}
+
+impl RotatingToken {
+    fn new(fresh: &'static str) -> Self {
+        Self {
+            asked: Mutex::default(),
+            fresh,
+            refreshed: Mutex::new(false),
+        }
+    }
 }
 
 #[async_trait]
 impl AuthProvider for RotatingToken {
-    async fn bearer_token(&self, refresh: bool) -> Option<String> {
-        self.asked.lock().unwrap().push(refresh);
-        Some(if refresh { self.fresh } else { "stale" }.to_owned())
+    async fn token(&self) -> Result<Option<String>, AuthError> {
+        self.asked.lock().unwrap().push("token".to_owned());
+        let fresh = *self.refreshed.lock().unwrap();
+        Ok(Some(if fresh { self.fresh } else { "stale" }.to_owned()))
+    }
+
+    async fn refused(&self, refusal: &AuthRefusal) -> Result<Option<String>, AuthError> {
+        assert_eq!(refusal.status, 401);
+        assert_eq!(refusal.www_authenticate, ["Bearer"]);
+        self.asked.lock().unwrap().push(format!(
+            "refused {}",
+            refusal.token.as_deref().unwrap_or("-")
+        ));
+        let mut refreshed = self.refreshed.lock().unwrap();
+        if *refreshed {
+            // Already gave the fresh one: nothing else to offer.
+            return Ok(None);
+        }
+        *refreshed = true;
+        Ok(Some(self.fresh.to_owned()))
     }
 }
 
@@ -279,15 +309,12 @@ async fn serve_with_bearer_check() -> (String, Arc<Mutex<u32>>) {
     (serve(app).await, refused)
 }
 
-/// A 401 makes the client ask the hook again, once, with `refresh = true`, and resend; the
-/// fresh token is then used for everything else.
+/// A 401 is handed to the hook, which gives a fresh token; the request is sent again with it,
+/// and the fresh token is used for everything else.
 #[tokio::test]
 async fn a_401_asks_the_auth_hook_once_more_with_refresh_and_succeeds() {
     let (url, refused) = serve_with_bearer_check().await;
-    let auth = Arc::new(RotatingToken {
-        asked: Mutex::default(),
-        fresh: "good",
-    });
+    let auth = Arc::new(RotatingToken::new("good"));
     let mut config = ClientConfig::default();
     config.auth = Some(Arc::clone(&auth) as Arc<dyn AuthProvider>);
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -305,26 +332,28 @@ async fn a_401_asks_the_auth_hook_once_more_with_refresh_and_succeeds() {
     })
     .await
     .expect("hangs");
-    assert_eq!(*auth.asked.lock().unwrap(), vec![false, true]);
+    let asked = auth.asked.lock().unwrap().clone();
+    assert_eq!(asked[..2], ["token", "refused stale"], "{asked:?}");
+    assert!(asked[2..].iter().all(|a| a == "token"), "{asked:?}");
     assert_eq!(*refused.lock().unwrap(), 1);
 }
 
-/// A hook whose fresh token is refused too: the client does not loop; it fails with
-/// `Unauthorized` after exactly one refresh.
+/// A hook whose fresh token is refused too, and that then gives up: the client does not
+/// loop; it fails with `Unauthorized` after exactly one retry.
 #[tokio::test]
 async fn a_second_401_fails_with_unauthorized() {
     let (url, refused) = serve_with_bearer_check().await;
-    let auth = Arc::new(RotatingToken {
-        asked: Mutex::default(),
-        fresh: "also-bad",
-    });
+    let auth = Arc::new(RotatingToken::new("also-bad"));
     let mut config = ClientConfig::default();
     config.auth = Some(Arc::clone(&auth) as Arc<dyn AuthProvider>);
     let outcome = tokio::time::timeout(TEST_TIMEOUT, Client::connect(&url, config))
         .await
         .expect("hangs");
     assert!(matches!(outcome, Err(Error::Unauthorized)), "{outcome:?}");
-    assert_eq!(*auth.asked.lock().unwrap(), vec![false, true]);
+    assert_eq!(
+        *auth.asked.lock().unwrap(),
+        ["token", "refused stale", "refused also-bad"]
+    );
     assert_eq!(*refused.lock().unwrap(), 2);
 }
 
@@ -363,5 +392,66 @@ async fn a_legacy_http_sse_server_is_reported_as_legacy() {
         start.elapsed() < Duration::from_secs(5),
         "{:?}",
         start.elapsed()
+    );
+}
+
+/// The token goes only to the server it is for: when the endpoint redirects (307) to another
+/// origin, the request there carries no `Authorization` (and the client does not follow its
+/// token anywhere else). The other origin is a real tether server that records what it got.
+#[tokio::test]
+async fn a_redirect_to_another_origin_drops_the_token() {
+    let server = Server::builder(Arc::new(DemoHandler::new()))
+        .build()
+        .await
+        .expect("a server");
+    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    let elsewhere = serve(server.router().layer(middleware::from_fn(
+        move |request: Request, next: Next| {
+            let record = Arc::clone(&record);
+            async move {
+                record.lock().unwrap().push(
+                    request
+                        .headers()
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned),
+                );
+                next.run(request).await
+            }
+        },
+    )))
+    .await;
+    // The same host name, another port: another origin.
+    let target = elsewhere.clone();
+    let redirecting = serve(Router::new().route(
+        "/mcp",
+        axum::routing::any(move |request: Request| {
+            let target = target.clone();
+            async move {
+                assert_eq!(
+                    request.headers().get("authorization").unwrap(),
+                    "Bearer secret-for-this-server"
+                );
+                HttpResponse::builder()
+                    .status(307)
+                    .header("location", target)
+                    .body(Body::empty())
+                    .unwrap()
+            }
+        }),
+    ))
+    .await;
+    let mut config = ClientConfig::default();
+    config.protocol = ProtocolChoice::Legacy;
+    config.auth = Some(Arc::new(StaticToken("secret-for-this-server".to_owned())));
+    let outcome = tokio::time::timeout(TEST_TIMEOUT, Client::connect(&redirecting, config))
+        .await
+        .expect("hangs");
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "the redirect was followed: {outcome:?}");
+    assert!(
+        seen.iter().all(Option::is_none),
+        "the other origin got the token: {seen:?}"
     );
 }

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use super::token::{self, Rejection};
 use super::verdicts::{Decided, trust_until_expiry};
+use crate::client::oauth::wire::form_encode;
 use crate::server::auth::{AuthFailure, Credentials};
 
 /// The default longest time an introspection answer is trusted.
@@ -209,21 +210,6 @@ impl Introspector {
         serde_json::from_slice(&bytes)
             .map_err(|error| unavailable("answered something else", error.to_string()))
     }
-}
-
-/// `application/x-www-form-urlencoded` encoding of one value.
-fn form_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for byte in value.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
-                out.push(char::from(byte));
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
