@@ -11,7 +11,7 @@ import { parseArgs } from 'node:util';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
-import * as z from 'zod';
+import { registerCount } from './count.mjs';
 
 const { values: opts } = parseArgs({
   options: {
@@ -65,34 +65,7 @@ function countServer() {
     { name: 'tether-interop-ts', version: '1.0.0' },
     { capabilities: { logging: {} } },
   );
-  server.registerTool(
-    'count',
-    {
-      description: 'Emits n progress notifications (or n log messages without a progressToken), then returns "counted n".',
-      inputSchema: {
-        n: z.number().int().min(0).max(10_000_000),
-        interval_ms: z.number().int().min(0).default(0),
-      },
-    },
-    async ({ n, interval_ms }, extra) => {
-      const progressToken = extra._meta?.progressToken;
-      for (let i = 1; i <= n; i++) {
-        if (progressToken !== undefined) {
-          await extra.sendNotification({
-            method: 'notifications/progress',
-            params: { progressToken, progress: i, total: n },
-          });
-        } else {
-          await extra.sendNotification({
-            method: 'notifications/message',
-            params: { level: 'info', logger: 'count', data: { index: i, total: n } },
-          });
-        }
-        if (interval_ms > 0 && i < n) await new Promise((r) => setTimeout(r, interval_ms));
-      }
-      return { content: [{ type: 'text', text: `counted ${n}` }] };
-    },
-  );
+  registerCount(server);
   return server;
 }
 

@@ -27,7 +27,11 @@
 //! `http-invalid-tool-headers` (every tool the library keeps after dropping those with
 //! invalid `x-mcp-header` annotations is called); `json-schema-ref-no-deref` (tools are
 //! listed, and no `$ref` is fetched); in both eras `json-schema-2020-12-preservation` (the
-//! listed schema sent back unchanged). This module owns only the scenario scripts: sessions,
+//! listed schema sent back unchanged). Every `auth/*` scenario (both revisions' `client
+//! --suite auth`, and those 2026-07-28 adds) is one script: an application's, with the
+//! library's [`OAuthProvider`] as its auth hook and a headless "browser" that reads the
+//! authorization server's immediate redirect and delivers it to the loopback callback.
+//! This module owns only the scenario scripts: sessions,
 //! reconnects, headers and answering server requests are the library's; the command line
 //! around them (the environment variables, exit codes) is `tether conformance-client`'s.
 
@@ -37,8 +41,10 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
+use tether::client::oauth::{OAuthClientConfig, OAuthProvider, UserAgent};
 use tether::client::{
-    Client, ClientConfig, ClientEvent, MessageStream, ProtocolChoice, ServerRequestHandler,
+    AuthError, Client, ClientConfig, ClientEvent, MessageStream, ProtocolChoice,
+    ServerRequestHandler,
 };
 use tether::proto::jsonrpc::{
     ErrorObject, INVALID_PARAMS, METHOD_NOT_FOUND, Message, Request, Response,
@@ -122,6 +128,9 @@ pub enum Scenario {
     SchemaRefNoDeref,
     /// `json-schema-2020-12-preservation`.
     SchemaPreservation,
+    /// Every `auth/*` scenario (`client --suite auth`, and the 2026-07-28 ones): one script,
+    /// since what they test is the library's OAuth client.
+    Authorization,
 }
 
 impl Scenario {
@@ -145,6 +154,9 @@ impl Scenario {
     /// The scenario the suite names `name`.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
+        if name.starts_with("auth/") {
+            return Some(Self::Authorization);
+        }
         Self::ALL
             .iter()
             .find(|(known, _)| *known == name)
@@ -154,7 +166,9 @@ impl Scenario {
     /// The names of every scenario, comma-separated.
     #[must_use]
     pub fn names() -> String {
-        Self::ALL.map(|(name, _)| name).join(", ")
+        let mut names = Self::ALL.map(|(name, _)| name).to_vec();
+        names.push("auth/* (every authorization scenario)");
+        names.join(", ")
     }
 }
 
@@ -177,6 +191,7 @@ pub async fn play(scenario: Scenario, url: &str, run: &Run) -> anyhow::Result<()
         Scenario::CustomHeaders => custom_headers(url, config, &run.context).await,
         Scenario::InvalidToolHeaders => invalid_tool_headers(url, config).await,
         Scenario::SchemaPreservation => schema_preservation(url, config).await,
+        Scenario::Authorization => authorized(url, config, run).await,
     }
 }
 
@@ -373,6 +388,84 @@ async fn schema_preservation(url: &str, config: ClientConfig) -> anyhow::Result<
     let result = call_tool(&client, echo, json!({"schema": schema})).await?;
     println!("{echo}: {}", result_text(&result));
     close(client).await
+}
+
+/// The Client ID Metadata Document URL the suite's `auth/basic-cimd` expects as the client id
+/// where the authorization server takes one (it does not fetch it).
+pub const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
+
+/// How long a sign-in may wait for its callback: the suite's authorization server redirects
+/// at once.
+const SIGN_IN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The suite's "browser": it GETs the authorization URL without following the redirect (the
+/// suite's authorization server answers at once with a 302 to the redirect URI), then
+/// delivers that redirect to the provider's loopback callback, as a browser would.
+struct Headless;
+
+#[async_trait]
+impl UserAgent for Headless {
+    async fn open(&self, url: &str) -> Result<(), AuthError> {
+        let failed = |what: &str, e: &dyn std::fmt::Display| {
+            AuthError::Callback(format!("the authorization request {what}: {e}"))
+        };
+        // Built here, not before: the TLS provider is the one the OAuth provider installs.
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| failed("had no HTTP client", &e))?;
+        let answer = http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| failed("failed", &e))?;
+        let location = answer
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| failed("was not redirected", &answer.status()))?
+            .to_owned();
+        println!("authorization redirected to the callback");
+        // The callback's page says how the sign-in went; the provider has the outcome.
+        let _ = http.get(&location).send().await;
+        Ok(())
+    }
+}
+
+/// Every `auth/*` scenario: the library's [`OAuthProvider`] does what the scenario's servers
+/// test (discovery, registration, PKCE, scopes, `iss`, step-up); the script is what any
+/// application does: connect, list the tools, call `test-tool` (the step-up scenarios refuse
+/// that call for scope), close. A pre-registered client comes from the context's `client_id`
+/// and `client_secret`; the client offers [`CLIENT_METADATA_URL`] as its metadata document.
+/// The token cache is a fresh directory, removed at the end.
+async fn authorized(url: &str, mut config: ClientConfig, run: &Run) -> anyhow::Result<()> {
+    let cache = std::env::temp_dir().join(format!(
+        "tether-conformance-oauth-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let mut oauth = OAuthClientConfig::new(&cache);
+    oauth.client_metadata_url = Some(CLIENT_METADATA_URL.to_owned());
+    oauth.client_id = run.context["client_id"].as_str().map(str::to_owned);
+    oauth.client_secret = run.context["client_secret"].as_str().map(str::to_owned);
+    oauth.callback_timeout = SIGN_IN_TIMEOUT;
+    oauth.user_agent = Some(Arc::new(Headless));
+    config.auth = Some(Arc::new(
+        OAuthProvider::new(url, oauth).context("the OAuth provider")?,
+    ));
+    let outcome = async {
+        let client = connect(url, config).await?;
+        let tools = list_tools(&client).await?;
+        let name = tool_named(&tools, "test-tool")?;
+        let result = call_tool(&client, name, json!({})).await?;
+        println!("{name}: {}", result_text(&result));
+        close(client).await
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&cache);
+    outcome
 }
 
 async fn connect(url: &str, config: ClientConfig) -> anyhow::Result<Client> {

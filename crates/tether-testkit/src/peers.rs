@@ -325,6 +325,18 @@ pub fn oidc_as() -> anyhow::Result<ServerSpec> {
     node_program("oauth/oidc-as.mjs").map(server_spec)
 }
 
+/// `interop/ts/protected-server.mjs` for the launcher: the TypeScript SDK 1.32.2 as an
+/// OAuth-protected MCP server (its own metadata router and bearer middleware, tokens checked
+/// by introspection at `issuer`, which must be [`oidc_as`]), stateless, with the `count` tool.
+///
+/// # Errors
+///
+/// When `scripts/peers.sh` has not run.
+pub fn ts_protected_server(issuer: &str) -> anyhow::Result<ServerSpec> {
+    node_program("ts/protected-server.mjs")
+        .map(|command| server_spec(command.with_args(["--issuer", issuer])))
+}
+
 /// `interop/ts/server-2026.mjs` for the launcher: the TypeScript SDK v2 server
 /// (`@modelcontextprotocol/server` 2.3.1) with the `count` tool, in the era `era` names:
 /// `legacy` (2025-11-25 sessions, an event store, `retry` 500 ms), `modern` (2026-07-28 only,

@@ -5,7 +5,10 @@
 //! `--spec-version 2026-07-28`: `tools_call`, `request-metadata`,
 //! `sep-2322-client-request-state`, `http-standard-headers`, `http-custom-headers`,
 //! `http-invalid-tool-headers`, `json-schema-ref-no-deref`, and
-//! `json-schema-2020-12-preservation` at both versions.
+//! `json-schema-2020-12-preservation` at both versions; and (issue 45) every client
+//! authorization scenario of 0.2.0-alpha.12: the 14 of `client --suite auth` at 2025-11-25
+//! and at 2026-07-28, and the 11 that 2026-07-28 adds (resource and issuer checks, RFC 9207,
+//! `offline_access`, a moved authorization server).
 //!
 //! Each test runs `conformance client --command "<tether> conformance-client" --scenario S
 //! -o <tempdir>`. The suite's mock servers listen on all interfaces, so the run happens in a
@@ -121,6 +124,81 @@ async fn conformance_suite_client_2026_schemas_survive_the_client_in_both_eras()
         "json-schema-2020-12-preservation",
     )
     .await
+}
+
+// The client authorization scenarios of the suite 0.2.0-alpha.12 (`client --suite auth`,
+// issue 45), each run alone (`--scenario`, which also fails on a client that exits non-zero
+// where the scenario does not allow it), at both revisions; and the scenarios only
+// 2026-07-28 scores (in its `draft` suite), at 2026-07-28.
+
+/// `conformance client --suite auth` of the suite 0.2.0-alpha.12: the same 14 at both
+/// revisions.
+const AUTH_SUITE: [&str; 14] = [
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+];
+
+/// The authorization scenarios 2026-07-28 adds (resource and issuer checks, RFC 9207,
+/// `offline_access`, a moved authorization server).
+const AUTH_2026: [&str; 11] = [
+    "auth/resource-mismatch",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+    "auth/authorization-server-migration",
+    "auth/iss-supported",
+    "auth/iss-not-advertised",
+    "auth/iss-supported-missing",
+    "auth/iss-wrong-issuer",
+    "auth/iss-unexpected",
+    "auth/iss-normalized",
+    "auth/metadata-issuer-mismatch",
+];
+
+/// Runs each of `scenarios` at `version`; fails naming every scenario that failed.
+async fn run_auth(version: &str, scenarios: &[&str]) -> anyhow::Result<()> {
+    let mut failed = Vec::new();
+    for scenario in scenarios {
+        if let Err(error) = run_in(
+            peers::conformance_2026()?,
+            &["--spec-version", version],
+            scenario,
+        )
+        .await
+        {
+            failed.push(format!("{scenario}: {error:#}"));
+        }
+    }
+    ensure!(
+        failed.is_empty(),
+        "{} of {} authorization scenarios failed at {version}:\n{}",
+        failed.len(),
+        scenarios.len(),
+        failed.join("\n")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn conformance_suite_client_auth_at_2025_11_25() -> anyhow::Result<()> {
+    run_auth("2025-11-25", &AUTH_SUITE).await
+}
+
+#[tokio::test]
+async fn conformance_suite_client_auth_at_2026_07_28() -> anyhow::Result<()> {
+    run_auth("2026-07-28", &AUTH_SUITE).await?;
+    run_auth("2026-07-28", &AUTH_2026).await
 }
 
 /// One check from `checks.json`.
@@ -398,6 +476,12 @@ fn read_checks(dir: &Path, scenario: &str) -> anyhow::Result<Vec<Check>> {
 }
 
 fn result_dir(dir: &Path, scenario: &str) -> anyhow::Result<PathBuf> {
+    // `auth/x` is written as `auth/x-<time>`.
+    let (dir, scenario) = match scenario.rsplit_once('/') {
+        Some((parent, name)) => (dir.join(parent), name),
+        None => (dir.to_owned(), scenario),
+    };
+    let dir = dir.as_path();
     let prefix = format!("{scenario}-");
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {

@@ -175,11 +175,13 @@ pub enum AuthError {
         description: Option<String>,
     },
     /// The server still wants scope after the step-ups allowed.
-    #[error("the server still requires scope {scope:?} after {attempts} sign-ins asking for it")]
+    #[error(
+        "the server still requires scope {scope:?}, though it was asked for ({attempts} step-up sign-ins made)"
+    )]
     InsufficientScope {
         /// The scope the last challenge named.
         scope: String,
-        /// Sign-ins made for it.
+        /// Sign-ins made for a 403 (step-ups).
         attempts: u32,
     },
     /// An authorization server or metadata URL could not be reached.

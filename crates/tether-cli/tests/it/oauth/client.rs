@@ -14,7 +14,11 @@
 //!   refresh token, never spent twice);
 //! - `tether connect` under the Python SDK's stdio client keeps working across expiries;
 //! - a forged `state`, a declined consent and an authorization server without S256 fail with
-//!   exit 5 and their messages.
+//!   exit 5 and their messages;
+//! - a token revoked mid-call is refused at the next resume, and the client signs in again
+//!   and continues from the same cursor; a 403 for scope signs in again for the union;
+//! - another SDK's resource server (the TypeScript SDK's bearer middleware and metadata
+//!   router) is signed in to the same way.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
@@ -750,6 +754,32 @@ async fn a_403_for_scope_signs_in_again_with_the_union_of_scopes() -> anyhow::Re
         ensure!(
             scope.split(' ').any(|s| s == wanted),
             "{wanted} in {scope:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Another SDK's resource server: the TypeScript SDK's `requireBearerAuth` and metadata
+/// router in front of its stateless server. `tether call` signs in through the same
+/// authorization server and calls `count`, in both eras' choice (`legacy`, and `auto`, whose
+/// probe that server answers as a 2025 server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdks_protected_server_is_signed_in_to() -> anyhow::Result<()> {
+    let issuer = peers::oidc_as()?.start().await?;
+    let server = peers::ts_protected_server(issuer.url())?.start().await?;
+    let dir = TempDir::new()?;
+    for (protocol, signs_in) in [("legacy", true), ("auto", false)] {
+        let run = call_count(server.url(), dir.path(), 3, 0, &["--protocol", protocol]).await?;
+        let context = format!("{protocol}: {}\n--- server\n{}", run.text(), server.logs());
+        ensure!(run.code == Some(0), "{context}");
+        ensure!(
+            run.signed_in() == signs_in,
+            "sign in once, then the cache: {context}"
+        );
+        ensure!(run.progress() == [1, 2, 3], "{context}");
+        ensure!(
+            run.result_text().as_deref() == Some("counted 3"),
+            "{context}"
         );
     }
     Ok(())
