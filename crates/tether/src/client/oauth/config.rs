@@ -14,8 +14,8 @@ use crate::client::auth::AuthError;
 /// password and approve, short enough that a forgotten tab does not hold the cache lock.
 pub const DEFAULT_CALLBACK_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// How many sign-ins a 403 `insufficient_scope` may cause, by default, before the provider
-/// gives up with [`AuthError::InsufficientScope`].
+/// How many sign-ins in a row for a 403 `insufficient_scope` may fail to get the challenged
+/// scope, by default, before the provider gives up with [`AuthError::InsufficientScope`].
 pub const DEFAULT_MAX_STEP_UPS: u32 = 2;
 
 /// Shows the user the authorization URL: opens a browser, prints it, or (in a test) follows
@@ -51,7 +51,7 @@ pub struct OAuthClientConfig {
     pub user_agent: Option<Arc<dyn UserAgent>>,
     /// `client_name` in a dynamic registration (default `tether`).
     pub client_name: String,
-    /// Sign-ins one 403 may cause ([`DEFAULT_MAX_STEP_UPS`]).
+    /// Step-up sign-ins in a row that may fail to get the scope ([`DEFAULT_MAX_STEP_UPS`]).
     pub max_step_ups: u32,
     /// Roots trusted for the authorization server beside the platform's, as
     /// [`ClientConfig::extra_root_certificates`](crate::client::ClientConfig::extra_root_certificates).

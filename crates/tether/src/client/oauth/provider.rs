@@ -41,7 +41,7 @@ struct Discovered {
 /// What the provider remembers between requests.
 #[derive(Debug, Default)]
 struct FlowState {
-    /// Sign-ins made for a 403 since the last one that a request got through with.
+    /// Sign-ins made for a 403 in a row that did not get the challenged scope.
     step_ups: u32,
     /// The token the last sign-in produced: if it is refused at once, signing in again will
     /// not help.
@@ -437,8 +437,15 @@ impl OAuthProvider {
         let discovered = self
             .discover(challenge.resource_metadata.as_deref())
             .await?;
-        self.sign_in(flow, &discovered, Some(&challenged), None, false)
-            .await
+        let entry = self
+            .sign_in(flow, &discovered, Some(&challenged), None, false)
+            .await?;
+        // Only step-ups that did not get the scope count towards the bound: a long-lived
+        // client challenged for new scopes now and then is never cut off.
+        if covers(entry.scope.as_deref(), &challenged) {
+            flow.step_ups = 0;
+        }
+        Ok(entry)
     }
 }
 

@@ -1,7 +1,8 @@
 //! What every OAuth exchange shares on the wire: `application/x-www-form-urlencoded` bodies
 //! (RFC 6749 Appendix B, also used for HTTP Basic client credentials, §2.3.1), bounded reads
 //! of an authorization server's answers, and its error answers (§5.2). The server's token
-//! introspection uses the same encoding.
+//! introspection uses the same encoding, and it and the server's key fetches the same
+//! bounded read.
 
 use crate::client::auth::AuthError;
 

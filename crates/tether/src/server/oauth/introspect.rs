@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use super::token::{self, Rejection};
 use super::verdicts::{Decided, trust_until_expiry};
-use crate::client::oauth::wire::form_encode;
+use crate::client::oauth::wire::{MAX_ANSWER_BYTES, form_encode, read_limited};
 use crate::server::auth::{AuthFailure, Credentials};
 
 /// The default longest time an introspection answer is trusted.
@@ -203,8 +203,7 @@ impl Introspector {
         if !status.is_success() {
             return Err(unavailable("refused", format!("status {status}")));
         }
-        let bytes = response
-            .bytes()
+        let bytes = read_limited(response, MAX_ANSWER_BYTES)
             .await
             .map_err(|error| unavailable("failed", error.to_string()))?;
         serde_json::from_slice(&bytes)

@@ -14,6 +14,8 @@ use jsonwebtoken::jwk::JwkSet;
 use serde::Deserialize;
 use tokio::sync::{Mutex, RwLock};
 
+use crate::client::oauth::wire::{MAX_ANSWER_BYTES, read_limited};
+
 /// How long one metadata or JWKS fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -146,8 +148,8 @@ impl IssuerKeys {
         if !response.status().is_success() {
             return Err(format!("{url}: status {}", response.status()));
         }
-        let bytes = response
-            .bytes()
+        // Bounded: a metadata document or key set is a few KiB.
+        let bytes = read_limited(response, MAX_ANSWER_BYTES)
             .await
             .map_err(|error| format!("{url}: {error}"))?;
         serde_json::from_slice(&bytes)
