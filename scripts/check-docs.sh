@@ -10,7 +10,9 @@
 #   (c) cites an anchor (`docs/X.md#anchor`, `[..](X.md#anchor)`, `[..](#anchor)`) that the
 #       document does not define, as `<a id="anchor">` or as a heading's GitHub slug;
 #   (d) cites a protocol rule `T<n>` or a requirement id `S-XXX-<n>` that docs/PROTOCOL.md does
-#       not define (`<a id="t<n>">`, `<a id="s-xxx-<n>">`).
+#       not define (`<a id="t<n>">`, `<a id="s-xxx-<n>">`);
+#   (e) cites an issue by its number (the word, a space, a number): no tracker is in the repository, so
+#       the text must say what it means instead.
 # `T<n>` counts as a rule only where a rule can be cited: anywhere in Markdown, shell, TOML,
 # Python and JavaScript files; in Rust only inside comments and string literals, and never
 # next to `<`, `>` or `::`, so a generic parameter such as `impl<T1: Read>` is not a citation.
@@ -91,6 +93,7 @@ if not rule_anchors:
 
 # ---- patterns --------------------------------------------------------------------------------
 OUTSIDE = re.compile(r"\.\./shar[e]d|spec[ -]digest", re.I)
+ISSUE = re.compile(r"\bissu[e]s? #?[0-9]+", re.I)
 REPO_PATH = re.compile(r"(?<![\w./-])((?:docs/[\w.-]+|(?:crates|scripts|interop|fuzz)/[\w./-]+)\.md)(?:#([\w-]+))?(?![\w])")
 BARE_MD = re.compile(r"(?<![\w./#-])([A-Za-z][\w-]*\.md)(?:#([\w-]+))?(?![\w/])")
 MD_LINK = re.compile(r"\]\(([^)\s]*)\)")
@@ -131,6 +134,9 @@ for path in files:
         m = OUTSIDE.search(line)
         if m:
             problem(path, lineno, f"refers outside the repository ({m.group(0)!r})")
+        m = ISSUE.search(line)
+        if m:
+            problem(path, lineno, f"cites an issue tracker the repository does not hold ({m.group(0)!r})")
         taken = []
         if is_md and not in_fence:
             taken += [m.span(1) for m in MD_LINK.finditer(line)]  # checked as links below

@@ -710,7 +710,8 @@ async fn serve(
     if config.allowed_hosts.is_empty() && !local.ip().is_loopback() {
         // The library's default Host allow-list (loopback names) guards a loopback bind
         // against DNS rebinding; a server bound to a routable address is reached under names
-        // it cannot know, so the check is on by default for loopback binds only (issue 4).
+        // it cannot know, so the check is on by default for loopback binds only
+        // (docs/SECURITY.md).
         info!(bind = %local, "Host check off for a non-loopback bind; restrict it with --allowed-host");
         config.allowed_hosts = vec![ANY_HOST.to_owned()];
     }

@@ -4,7 +4,7 @@
 //! tether's server never writes a message to a connection directly: the handler appends it to
 //! the [`EventStore`] and one writer loop per connection reads the stream after its cursor, so
 //! first delivery and resume after `Last-Event-ID` are the same loop
-//! (docs/DESIGN.md#data-flow). Issue 5 sets the aims this bench checks: replay at least as fast as first
+//! (docs/DESIGN.md#data-flow). The aims this bench checks: replay at least as fast as first
 //! delivery, and the first replayed event within 2 ms with 100 000 events stored.
 //!
 //! Scenarios, all over real loopback sockets against `Server::serve` with the demo handler
@@ -68,7 +68,7 @@ use tether_testkit::raw::{PROTOCOL_VERSION, RawClient, Transcript};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 
-/// Progress events per `count` stream (issue 5: "100 000 events stored").
+/// Progress events per `count` stream (the aim: "100 000 events stored").
 const EVENTS: u64 = 100_000;
 
 /// Events a session may retain: one 100 000-event stream plus its result, priming events and

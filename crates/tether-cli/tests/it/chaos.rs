@@ -1,4 +1,4 @@
-//! The chaos run of the test command (issue 13): hundreds of concurrent `count` calls against
+//! The chaos run of the test command: hundreds of concurrent `count` calls against
 //! `tether serve` through the fault proxy, half through tether's client and half through the
 //! raw reader, with cuts, resets, stalls, slow connections, truncations and refusals drawn
 //! from a seed; with SQLite the server is also SIGKILLed and restarted mid-run. Every call

@@ -1,11 +1,11 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, client mode)
-//! against `tether conformance-client` (issue 12, "Build" items 2 and 3): `initialize`,
+//! against `tether conformance-client`: `initialize`,
 //! `tools_call`, `sse-retry` and `elicitation-sep1034-client-defaults` of the suite 0.1.16; and
-//! (issue 24) the 2026-07-28 client scenarios of the suite 0.2.0-alpha.12, run with
+//! the 2026-07-28 client scenarios of the suite 0.2.0-alpha.12, run with
 //! `--spec-version 2026-07-28`: `tools_call`, `request-metadata`,
 //! `sep-2322-client-request-state`, `http-standard-headers`, `http-custom-headers`,
 //! `http-invalid-tool-headers`, `json-schema-ref-no-deref`, and
-//! `json-schema-2020-12-preservation` at both versions; and (issue 45) every client
+//! `json-schema-2020-12-preservation` at both versions; and every client
 //! authorization scenario of 0.2.0-alpha.12: the 14 of `client --suite auth` at 2025-11-25
 //! and at 2026-07-28, and the 11 that 2026-07-28 adds (resource and issuer checks, RFC 9207,
 //! `offline_access`, a moved authorization server).
@@ -25,7 +25,7 @@
 //! `stdout.txt` and `stderr.txt`. The verdict comes from `checks.json`, cross-checked against
 //! the printed `Passed:` line and the exit status; a FAILURE or WARNING fails the test unless
 //! `interop/conformance/client-expected-failures.txt` excuses it with a reason, which it may
-//! never do for `sse-retry` (issue 12).
+//! never do for `sse-retry`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -46,7 +46,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 /// The expected-failures file, relative to the workspace root.
 const EXPECTED_FAILURES: &str = "interop/conformance/client-expected-failures.txt";
 
-/// Scenarios that nothing may excuse, and the prefix of their check ids (issue 12: resuming
+/// Scenarios that nothing may excuse, and the prefix of their check ids (resuming
 /// streams on the server's timing is what tether is for).
 const NEVER_EXPECTED: [&str; 1] = ["sse-retry"];
 const NEVER_EXPECTED_CHECKS: &str = "client-sse-";
@@ -76,7 +76,7 @@ async fn conformance_suite_client_elicitation_applies_schema_defaults() -> anyho
     run_scenario("elicitation-sep1034-client-defaults").await
 }
 
-// The 2026-07-28 client scenarios of the suite 0.2.0-alpha.12 (issue 24), each run with
+// The 2026-07-28 client scenarios of the suite 0.2.0-alpha.12, each run with
 // `--spec-version 2026-07-28`, so that the client is told to speak that era.
 
 #[tokio::test]
@@ -126,8 +126,8 @@ async fn conformance_suite_client_2026_schemas_survive_the_client_in_both_eras()
     .await
 }
 
-// The client authorization scenarios of the suite 0.2.0-alpha.12 (`client --suite auth`,
-// issue 45), each run alone (`--scenario`, which also fails on a client that exits non-zero
+// The client authorization scenarios of the suite 0.2.0-alpha.12 (`client --suite auth`),
+// each run alone (`--scenario`, which also fails on a client that exits non-zero
 // where the scenario does not allow it), at both revisions; and the scenarios only
 // 2026-07-28 scores (in its `draft` suite), at 2026-07-28.
 

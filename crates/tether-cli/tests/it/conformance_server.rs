@@ -39,7 +39,7 @@ const SUITE_TIMEOUT: Duration = Duration::from_secs(300);
 /// The expected-failures file, relative to the workspace root.
 const EXPECTED_FAILURES: &str = "interop/conformance/server-expected-failures.txt";
 
-/// Scenarios that may never be excused, and whose WARNINGs are failures (issue 12): they are
+/// Scenarios that may never be excused, and whose WARNINGs are failures: they are
 /// what tether is for (resumable streams) and what keeps a local server safe.
 const NEVER_EXPECTED: [&str; 4] = [
     "server-sse-polling",

@@ -1,6 +1,5 @@
 //! `tether serve -- CMD ARGS...` in front of real stdio MCP servers, reached by the real SDK
-//! clients through the test kit's fault proxy (issue 10, "Tests that must exist", first
-//! bullet).
+//! clients through the test kit's fault proxy.
 //!
 //! The stdio servers are the Python SDK server with `count` (`interop/python/server.py
 //! --stdio`) and the reference `server-everything` in stdio mode (its

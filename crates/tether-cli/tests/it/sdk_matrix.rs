@@ -1,4 +1,4 @@
-//! The SDK matrix (issue 12, item 4): the official SDKs against tether, both ways, each
+//! The SDK matrix: the official SDKs against tether, both ways, each
 //! through the test kit's fault proxy. Python SDK client → `tether serve`, TypeScript SDK
 //! client → `tether serve` (the built-in `count` demo, memory store), tether's client →
 //! Python SDK server, tether's client → TypeScript SDK server (all peers pinned by

@@ -1,4 +1,4 @@
-//! The SDK matrix in the 2026-07-28 era (issue 24), every peer pinned by `scripts/peers.sh`
+//! The SDK matrix in the 2026-07-28 era, every peer pinned by `scripts/peers.sh`
 //! (a missing peer fails the test, it never skips):
 //!
 //! - tether's client, with its default `ProtocolChoice::Auto`, against the TypeScript SDK v2

@@ -185,7 +185,7 @@ async fn unusable_ids_are_refused_with_their_reason() {
     assert_eq!(messages(&t)[0].1["id"], id);
 }
 
-/// docs/CONTRACTS.md#last-event-id-row (issue 5): a completed stream stays resumable for the
+/// docs/CONTRACTS.md#last-event-id-row: a completed stream stays resumable for the
 /// store's retention, then its id is 400 `expired` for its own session (no silent gap) — and still
 /// `unknown` for another session, which must not learn that it existed.
 #[tokio::test]
@@ -221,7 +221,7 @@ async fn resume_after_retention_expired_is_400_expired() {
     assert_resume_refused(&resume(&other, &before[0].0).await, "unknown");
 }
 
-/// Issue 5 item 4: events a client still needs that the per-session cap evicted are
+/// Events a client still needs that the per-session cap evicted are
 /// reported as `expired` on resume, never skipped.
 #[tokio::test]
 async fn resume_past_evicted_events_is_400_expired() {
