@@ -50,12 +50,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The whole mounting: a store bundle, a built server, its MCP service at a path.
     let stores = Stores::sqlite(&args.db, StoreLimits::default())?;
-    let mcp = Arc::new(
-        Server::builder(Arc::new(DemoHandler::new()))
-            .stores(stores)
-            .build()
-            .await?,
-    );
+    let mcp = Server::builder(Arc::new(DemoHandler::new()))
+        .stores(stores)
+        .build()
+        .await?;
     let app = Router::new()
         .route(
             "/",
@@ -66,7 +64,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let listener = tokio::net::TcpListener::bind(&args.bind).await?;
     println!("tether: serving http://{}/mcp", listener.local_addr()?);
-    let stopping = Arc::clone(&mcp);
+    let stopping = mcp.clone();
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = tokio::signal::ctrl_c().await;

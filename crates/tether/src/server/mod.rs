@@ -227,6 +227,9 @@ impl ServerBuilder {
 ///
 /// To mount it in an application of your own, route its [`mcp_service`](Self::mcp_service)
 /// and, if you want them, its [`ops_router`](Self::ops_router)'s `/healthz` and `/metrics`.
+/// Cheap to clone: clones are the same server (one that mounts it can keep another to shut
+/// it down).
+#[derive(Clone)]
 pub struct Server {
     state: Arc<ServerState>,
     /// What [`ServerBuilder::build`] answered of an earlier process's orphans.

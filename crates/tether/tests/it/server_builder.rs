@@ -122,3 +122,25 @@ async fn a_later_setter_replaces_an_earlier_one() {
     assert_eq!(initialize(&url, Some("second")).await.status, 200);
     assert_eq!(initialize(&url, None).await.status, 401);
 }
+
+/// Clones are the same server: shutting a clone down ends the GET stream the original's
+/// service opened, with a `retry` first, so an application can keep a clone to stop it.
+#[tokio::test]
+async fn a_clone_shuts_the_same_server_down() {
+    let server = builder().build().await.expect("a server");
+    let clone = server.clone();
+    let base = serve(Router::new().route_service("/mcp", server.mcp_service())).await;
+    let mut client = RawClient::new(&format!("{base}/mcp")).unwrap();
+    client.initialize().await.unwrap();
+    let stream = client.send(&client.request("GET")).await.unwrap();
+    clone.shutdown();
+    let transcript = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end())
+        .await
+        .expect("the stream ended at the clone's shutdown")
+        .unwrap();
+    assert_eq!(transcript.status, 200, "{transcript:?}");
+    assert!(
+        !transcript.retries().is_empty(),
+        "a retry first: {transcript:?}"
+    );
+}
