@@ -285,9 +285,7 @@ pub(crate) fn run(args: AuthArgs) -> anyhow::Result<ExitCode> {
 fn status(oauth: &OAuthArgs, json: bool) -> anyhow::Result<ExitCode> {
     let dir = oauth.cache_dir()?;
     let sign_ins = cached_sign_ins(&dir).map_err(anyhow::Error::new)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = tether::store::tasks::now_ms() / 1000;
     for sign_in in &sign_ins {
         if json {
             println!("{}", serde_json::to_string(sign_in)?);

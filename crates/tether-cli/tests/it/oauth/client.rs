@@ -74,6 +74,31 @@ async fn protected_behind_proxy(issuer: &str) -> anyhow::Result<(ServerProcess, 
     Ok((server, proxy))
 }
 
+/// What most tests run against: oidc-provider with JWTs, the protected server behind its fault
+/// proxy, the URL the client uses (the proxy's), and a directory for the client's cache and
+/// cookie jar. `server` is held only to keep the process up.
+struct Stage {
+    issuer: ServerProcess,
+    server: ServerProcess,
+    proxy: FaultProxy,
+    url: String,
+    dir: TempDir,
+}
+
+/// A [`Stage`] whose tokens live `ttl_secs`, the authorization server started with `as_flags`.
+async fn stage(ttl_secs: u64, as_flags: &[&str]) -> anyhow::Result<Stage> {
+    let issuer = authorization_server(ttl_secs, as_flags).await?;
+    let (server, proxy) = protected_behind_proxy(issuer.url()).await?;
+    let url = proxy.url_for("/mcp");
+    Ok(Stage {
+        issuer,
+        server,
+        proxy,
+        url,
+        dir: TempDir::new()?,
+    })
+}
+
 /// The curl "browser" (`--oauth-open`), its cookie jar in `dir`.
 fn browser(dir: &Path) -> String {
     let jar = dir.join("cookies");
@@ -110,6 +135,19 @@ impl Run {
             .filter(|m| m["method"] == "notifications/progress")
             .filter_map(|m| m["params"]["progress"].as_u64())
             .collect()
+    }
+
+    /// That the call exited 0 having delivered progress 1..=n once each, in order, and
+    /// `counted n`; else an error carrying `context` and the run.
+    fn counted(&self, n: u64, context: &str) -> anyhow::Result<()> {
+        ensure!(
+            self.code == Some(0)
+                && self.progress() == (1..=n).collect::<Vec<_>>()
+                && self.result_text() == Some(format!("counted {n}")),
+            "counted {n}, every event once, in order: {context}\n{}",
+            self.text()
+        );
+        Ok(())
     }
 
     fn result_text(&self) -> Option<String> {
@@ -204,19 +242,21 @@ fn mode(path: &Path) -> anyhow::Result<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_call_signs_in_and_later_ones_use_the_cache() -> anyhow::Result<()> {
-    let issuer = authorization_server(600, &[]).await?;
-    let (_server, proxy) = protected_behind_proxy(issuer.url()).await?;
-    let url = proxy.url_for("/mcp");
-    let dir = TempDir::new()?;
+    let Stage {
+        issuer,
+        server: _server,
+        proxy: _proxy,
+        url,
+        dir,
+    } = stage(600, &[]).await?;
 
     let first = call_count(&url, dir.path(), 3, 0, &[]).await?;
-    ensure!(first.code == Some(0), "{}", first.text());
+    first.counted(3, "the first call")?;
     ensure!(
         first.signed_in(),
         "the first call signs in: {}",
         first.text()
     );
-    ensure!(first.progress() == [1, 2, 3], "{}", first.text());
     let after_first = counters(issuer.url()).await?;
     ensure!(after_first["registrations"] == 1, "{after_first}");
     ensure!(
@@ -225,15 +265,10 @@ async fn a_first_call_signs_in_and_later_ones_use_the_cache() -> anyhow::Result<
     );
 
     let second = call_count(&url, dir.path(), 3, 0, &["--oauth-non-interactive"]).await?;
-    ensure!(second.code == Some(0), "{}", second.text());
+    second.counted(3, "the second call")?;
     ensure!(
         !second.signed_in(),
         "the second call uses the cache: {}",
-        second.text()
-    );
-    ensure!(
-        second.result_text().as_deref() == Some("counted 3"),
-        "{}",
         second.text()
     );
     let after_second = counters(issuer.url()).await?;
@@ -296,10 +331,13 @@ const LONG_CALL: u64 = 200;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_outliving_its_tokens_resumes_through_cuts_exactly_once() -> anyhow::Result<()> {
-    let issuer = authorization_server(3, &[]).await?;
-    let (_server, proxy) = protected_behind_proxy(issuer.url()).await?;
-    let url = proxy.url_for("/mcp");
-    let dir = TempDir::new()?;
+    let Stage {
+        issuer,
+        server: _server,
+        proxy,
+        url,
+        dir,
+    } = stage(3, &[]).await?;
     sign_in(&url, dir.path()).await?;
     proxy.set_plan(FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1000)))?;
     for protocol in ["legacy", "auto"] {
@@ -313,15 +351,7 @@ async fn a_call_outliving_its_tokens_resumes_through_cuts_exactly_once() -> anyh
         )
         .await?;
         let context = format!("{protocol}: {}\n{}", proxy.report(), run.text());
-        ensure!(run.code == Some(0), "{context}");
-        ensure!(
-            run.progress() == (1..=LONG_CALL).collect::<Vec<_>>(),
-            "every event once, in order: {context}"
-        );
-        ensure!(
-            run.result_text() == Some(format!("counted {LONG_CALL}")),
-            "{context}"
-        );
+        run.counted(LONG_CALL, &context)?;
         let after = counters(issuer.url()).await?;
         let refreshes = grants(&after, "refresh_token") - grants(&before, "refresh_token");
         ensure!(
@@ -339,10 +369,13 @@ async fn a_call_outliving_its_tokens_resumes_through_cuts_exactly_once() -> anyh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_in_a_new_process_uses_the_cached_tokens() -> anyhow::Result<()> {
-    let issuer = authorization_server(3, &[]).await?;
-    let (_server, proxy) = protected_behind_proxy(issuer.url()).await?;
-    let url = proxy.url_for("/mcp");
-    let dir = TempDir::new()?;
+    let Stage {
+        issuer: _issuer,
+        server: _server,
+        proxy: _proxy,
+        url,
+        dir,
+    } = stage(3, &[]).await?;
     let token_file = dir.path().join("call.json");
     let cache = dir.path().join("cache");
     let open = browser(dir.path());
@@ -417,10 +450,13 @@ async fn a_resume_in_a_new_process_uses_the_cached_tokens() -> anyhow::Result<()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_refresh_a_due_token_once() -> anyhow::Result<()> {
     const TTL: u64 = 12;
-    let issuer = authorization_server(TTL, &[]).await?;
-    let (_server, proxy) = protected_behind_proxy(issuer.url()).await?;
-    let url = proxy.url_for("/mcp");
-    let dir = TempDir::new()?;
+    let Stage {
+        issuer,
+        server: _server,
+        proxy: _proxy,
+        url,
+        dir,
+    } = stage(TTL, &[]).await?;
     sign_in(&url, dir.path()).await?;
     // Due: within min(60 s, TTL / 4) = 3 s of expiry, and not yet expired.
     tokio::time::sleep(Duration::from_secs(TTL - 2)).await;
@@ -428,13 +464,7 @@ async fn concurrent_calls_refresh_a_due_token_once() -> anyhow::Result<()> {
     let call = || call_count(&url, dir.path(), 2, 0, &["--oauth-non-interactive"]);
     let (a, b, c) = tokio::join!(call(), call(), call());
     for run in [a, b, c] {
-        let run = run?;
-        ensure!(run.code == Some(0), "{}", run.text());
-        ensure!(
-            run.result_text().as_deref() == Some("counted 2"),
-            "{}",
-            run.text()
-        );
+        run?.counted(2, "one of three concurrent calls")?;
     }
     let after = counters(issuer.url()).await?;
     ensure!(
@@ -447,10 +477,13 @@ async fn concurrent_calls_refresh_a_due_token_once() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tether_connect_keeps_working_across_token_expiries() -> anyhow::Result<()> {
-    let issuer = authorization_server(3, &[]).await?;
-    let (_server, proxy) = protected_behind_proxy(issuer.url()).await?;
-    let url = proxy.url_for("/mcp");
-    let dir = TempDir::new()?;
+    let Stage {
+        issuer,
+        server: _server,
+        proxy: _proxy,
+        url,
+        dir,
+    } = stage(3, &[]).await?;
     let cache = dir.path().join("cache");
     let cache = cache.to_str().context("utf-8")?;
     sign_in(&url, dir.path()).await?;
@@ -527,10 +560,13 @@ async fn a_forged_state_a_declined_consent_and_no_s256_fail_with_exit_5() -> any
         (&["--hide-s256"], None, "does not offer PKCE with S256"),
     ];
     for (as_flags, opener, message) in cases {
-        let issuer = authorization_server(600, as_flags).await?;
-        let (_server, proxy) = protected_behind_proxy(issuer.url()).await?;
-        let url = proxy.url_for("/mcp");
-        let case = TempDir::new()?;
+        let Stage {
+            issuer,
+            server: _server,
+            url,
+            proxy: _proxy,
+            dir: case,
+        } = stage(600, as_flags).await?;
         let open = opener.map_or_else(|| browser(case.path()), str::to_owned);
         let cache = case.path().join("cache");
         let run = tether(&[
@@ -735,12 +771,7 @@ async fn a_403_for_scope_signs_in_again_with_the_union_of_scopes() -> anyhow::Re
     let (_server, proxy) = introspecting_behind_proxy(issuer.url(), dir.path(), true).await?;
     let url = proxy.url_for("/mcp");
     let run = call_count(&url, dir.path(), 3, 0, &[]).await?;
-    ensure!(run.code == Some(0), "{}", run.text());
-    ensure!(
-        run.result_text().as_deref() == Some("counted 3"),
-        "{}",
-        run.text()
-    );
+    run.counted(3, "a call needing mcp:admin")?;
     let seen = counters(issuer.url()).await?;
     ensure!(
         grants(&seen, "authorization_code") == 2,
@@ -771,15 +802,10 @@ async fn the_typescript_sdks_protected_server_is_signed_in_to() -> anyhow::Resul
     for (protocol, signs_in) in [("legacy", true), ("auto", false)] {
         let run = call_count(server.url(), dir.path(), 3, 0, &["--protocol", protocol]).await?;
         let context = format!("{protocol}: {}\n--- server\n{}", run.text(), server.logs());
-        ensure!(run.code == Some(0), "{context}");
+        run.counted(3, &context)?;
         ensure!(
             run.signed_in() == signs_in,
             "sign in once, then the cache: {context}"
-        );
-        ensure!(run.progress() == [1, 2, 3], "{context}");
-        ensure!(
-            run.result_text().as_deref() == Some("counted 3"),
-            "{context}"
         );
     }
     Ok(())

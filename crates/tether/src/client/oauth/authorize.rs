@@ -2,7 +2,8 @@
 //! `state` per flow (RFC 7636; never shared between flows or processes), the authorization
 //! URL with `resource` (RFC 8707) and the scope, and the checks on the redirect that comes
 //! back: `state` equal, `iss` equal to the issuer when the server says it sends one
-//! (RFC 9207), an `error` reported as the server gave it.
+//! (RFC 9207), an `error` reported as the server gave it; and the scope rules (what to ask
+//! for, whether a grant covers a challenge).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -166,6 +167,14 @@ pub(crate) fn scope_to_request<'a>(
     (!scopes.is_empty()).then(|| scopes.join(" "))
 }
 
+/// Whether every scope of `wanted` is in `granted`.
+pub(crate) fn covers(granted: Option<&str>, wanted: &str) -> bool {
+    let granted: Vec<&str> = granted.unwrap_or("").split_ascii_whitespace().collect();
+    wanted
+        .split_ascii_whitespace()
+        .all(|scope| granted.contains(&scope))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,6 +324,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn covers_is_a_subset_test_on_scope_words() {
+        assert!(covers(Some("a b c"), "c a"));
+        assert!(covers(None, ""));
+        assert!(!covers(Some("a b"), "a x"));
+        assert!(!covers(None, "a"));
     }
 
     #[test]

@@ -167,11 +167,7 @@ impl TokenCache {
 
     /// Writes `entry` (replacing the one for its resource, issuer and client).
     pub(crate) fn save(&self, entry: &TokenEntry) -> Result<(), AuthError> {
-        let name = format!(
-            "token-{}.json",
-            key(&[&entry.resource, &entry.issuer, &entry.client.client_id])
-        );
-        self.write_json(&name, entry)
+        self.write_json(&token_file_name(entry), entry)
     }
 
     /// Removes every entry for `server_url`; returns how many there were.
@@ -179,10 +175,7 @@ impl TokenCache {
         let mut removed = 0;
         for entry in self.entries()? {
             if entry.server_url == server_url {
-                let path = self.dir.join(format!(
-                    "token-{}.json",
-                    key(&[&entry.resource, &entry.issuer, &entry.client.client_id])
-                ));
+                let path = self.dir.join(token_file_name(&entry));
                 match fs::remove_file(&path) {
                     Ok(()) => removed += 1,
                     Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -245,6 +238,14 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, A
             std::io::Error::new(std::io::ErrorKind::InvalidData, e),
         )
     })
+}
+
+/// An entry's file: one per resource, issuer and client.
+fn token_file_name(entry: &TokenEntry) -> String {
+    format!(
+        "token-{}.json",
+        key(&[&entry.resource, &entry.issuer, &entry.client.client_id])
+    )
 }
 
 /// A file-name key for `parts`: the first 16 bytes of their SHA-256, hex.

@@ -7,7 +7,9 @@
 //! challenge), `discovery` (where metadata is and what makes it acceptable), `register`
 //! (which client id), `authorize` (PKCE, `state`, the URL, the redirect's checks), `grant`
 //! (the token endpoint), `callback` (the loopback listener), `cache` (tokens on disk and the
-//! lock between processes), `wire` (form bodies and bounded reads), and `provider`, which
+//! lock between processes), `wire` (form bodies and bounded reads), `config`
+//! ([`OAuthClientConfig`], [`UserAgent`], the HTTP client for authorization servers), and
+//! `provider`, which
 //! strings them together and decides when to refresh, sign in again or step up.
 
 mod authorize;

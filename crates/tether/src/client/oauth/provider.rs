@@ -9,13 +9,14 @@
 //! The client sends the refused request again itself, from the same cursor.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use reqwest::Url;
 
 use super::authorize::{
-    AuthorizationRequest, FlowSecrets, authorization_url, code_from_redirect, scope_to_request,
+    AuthorizationRequest, FlowSecrets, authorization_url, code_from_redirect, covers,
+    scope_to_request,
 };
 use super::cache::{RegistrationEntry, TokenCache, TokenEntry};
 use super::callback::CallbackListener;
@@ -72,19 +73,9 @@ impl std::fmt::Debug for OAuthProvider {
     }
 }
 
-/// Unix seconds.
+/// Unix seconds: token lifetimes are kept in the cache, across processes.
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// Whether every scope of `wanted` is in `granted`.
-fn covers(granted: Option<&str>, wanted: &str) -> bool {
-    let granted: Vec<&str> = granted.unwrap_or("").split_ascii_whitespace().collect();
-    wanted
-        .split_ascii_whitespace()
-        .all(|scope| granted.contains(&scope))
+    crate::store::tasks::now_ms() / 1000
 }
 
 impl OAuthProvider {
@@ -556,18 +547,5 @@ impl AuthProvider for OAuthProvider {
             )
             .await?;
         Ok(Some(entry.access_token.clone()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::covers;
-
-    #[test]
-    fn covers_is_a_subset_test_on_scope_words() {
-        assert!(covers(Some("a b c"), "c a"));
-        assert!(covers(None, ""));
-        assert!(!covers(Some("a b"), "a x"));
-        assert!(!covers(None, "a"));
     }
 }
