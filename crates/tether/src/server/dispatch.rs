@@ -38,6 +38,7 @@ use tracing::Instrument as _;
 
 use super::context::{ModernRequest, RequestContext, SessionContext};
 use super::error::ServerError;
+use super::finish;
 use super::mrtr::Interrupt;
 use super::session::{InFlightSlot, SessionRuntime};
 use super::state::ServerState;
@@ -47,15 +48,6 @@ use crate::store::{StoreError, StreamKind};
 /// before its task is aborted: enough for cleanup, short enough that a handler ignoring
 /// cancellation does not hold resources for long. Its outcome is discarded either way.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
-
-/// How long a request's final response and its stream's completion are retried while the
-/// store is unavailable: the default retention, past which a client could not read them
-/// anyway.
-const STORE_RETRY_LIMIT: Duration = Duration::from_secs(300);
-/// First pause between such retries, doubled up to [`STORE_RETRY_MAX_DELAY`].
-const STORE_RETRY_MIN_DELAY: Duration = Duration::from_millis(50);
-/// Longest pause between such retries.
-const STORE_RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
 
 /// `ping`, answered by the transport itself.
 const PING: &str = "ping";
@@ -336,72 +328,13 @@ async fn drive_stream(
         );
     }
     while let Some(done) = running.join_next().await {
-        let Ok(Some(response)) = done else { continue };
-        // What the handler emitted must be stored before its answer is: a commit that failed
-        // late (store/pipeline.rs) lost events it was told were queued, so the request is
-        // answered as it would have been had its emit failed, after a gap-free prefix.
-        let response = match state.events.flush(related).await {
-            Ok(()) => response,
-            Err(error) => {
-                tracing::warn!(%error, "events of a request were lost: answering with an error");
-                let error = ServerError::Store(error)
-                    .error_object()
-                    .expect("a store failure has a JSON-RPC error");
-                RpcResponse::error(response.id().cloned(), error)
-            }
+        let Ok(response) = done else { continue };
+        let Some(response) = finish::settle(&runtime, related, response).await else {
+            continue;
         };
-        let bytes = runtime.response_bytes(&response);
-        // Flushed, so that a commit failure the pipeline reports late (store/pipeline.rs)
-        // is seen here and the response appended again, rather than lost.
-        let stored = persist(&runtime, || async {
-            runtime.append_bytes(stream, &bytes).await?;
-            state.events.flush(stream).await
-        })
-        .await;
-        if let Err(error) = stored {
-            if runtime.is_closed() {
-                tracing::debug!(%error, "response dropped: session ended");
-            } else {
-                tracing::warn!(%error, "response could not be stored");
-            }
-        }
+        let _ = finish::store_response(&runtime, stream, &response).await;
     }
-    if let Err(error) = persist(&runtime, || state.events.complete(stream)).await
-        && !runtime.is_closed()
-    {
-        tracing::warn!(%error, "stream could not be completed");
-    }
-}
-
-/// Runs a store write until it succeeds, fails for a reason other than the store being
-/// unavailable, the session ends, or [`STORE_RETRY_LIMIT`] passes. A response or a completion
-/// lost to a store that was briefly down (Redis restarting) would leave the request
-/// unanswered for good: the node is alive, so no other node takes its streams for orphans.
-pub(crate) async fn persist<T, F, Fut>(
-    runtime: &SessionRuntime,
-    mut write: F,
-) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, StoreError>>,
-{
-    let deadline = tokio::time::Instant::now() + STORE_RETRY_LIMIT;
-    let mut delay = STORE_RETRY_MIN_DELAY;
-    loop {
-        match write().await {
-            Err(StoreError::Unavailable(reason))
-                if !runtime.is_closed() && tokio::time::Instant::now() < deadline =>
-            {
-                tracing::debug!(%reason, ?delay, "store unavailable; retrying the write");
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    () = runtime.closed().cancelled() => {}
-                }
-                delay = (delay * 2).min(STORE_RETRY_MAX_DELAY);
-            }
-            outcome => return outcome,
-        }
-    }
+    finish::complete(&runtime, stream).await;
 }
 
 /// JSON answer: the responses as the body (an array for a batch); related messages went to
@@ -572,8 +505,8 @@ pub(crate) async fn run_handler(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::DemoHandler;
     use crate::server::config::ServerConfig;
+    use crate::server::handler::{Handler, ServerInfo};
     use crate::store::{EventStore, MemoryEventStore, MemorySessionStore, SessionStore};
     use http::HeaderValue;
     use serde_json::Value;
@@ -582,12 +515,50 @@ mod tests {
 
     const SSE: Option<&str> = Some("application/json, text/event-stream");
 
+    /// The demo's `count` as these tests need it: `n` progress notifications `interval_ms`
+    /// apart, then "counted n"; a cancelled call stops at its next step. Written here so that
+    /// the server's tests do not import the demo, which is built on the server.
+    struct Counter;
+
+    #[async_trait::async_trait]
+    impl Handler for Counter {
+        fn server_info(&self) -> ServerInfo {
+            ServerInfo {
+                name: "counter".to_owned(),
+                version: "0".to_owned(),
+                capabilities: json!({"tools": {}}),
+                instructions: None,
+            }
+        }
+
+        async fn handle_request(
+            &self,
+            request: Request,
+            context: RequestContext,
+        ) -> Result<Value, ErrorObject> {
+            let arguments = &request.params.as_ref().expect("params")["arguments"];
+            let n = arguments["n"].as_u64().expect("n");
+            let interval = Duration::from_millis(arguments["interval_ms"].as_u64().unwrap_or(0));
+            for i in 1..=n {
+                context
+                    .progress(i as f64, Some(n as f64), None)
+                    .await
+                    .map_err(|_| ErrorObject::cancelled())?;
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {}
+                    () = context.cancelled() => return Err(ErrorObject::cancelled()),
+                }
+            }
+            Ok(json!({"content": [{"type": "text", "text": format!("counted {n}")}]}))
+        }
+    }
+
     async fn session(config: ServerConfig) -> (Arc<ServerState>, Arc<SessionRuntime>) {
         let events: Arc<dyn EventStore> = Arc::new(MemoryEventStore::default());
         let sessions: Arc<dyn SessionStore> = Arc::new(MemorySessionStore::new());
         let state = Arc::new(ServerState::new(
             config,
-            Arc::new(DemoHandler::new()),
+            Arc::new(Counter),
             events,
             sessions,
             Arc::new(crate::store::MemoryTaskStore::new()),

@@ -704,6 +704,50 @@ pub(crate) async fn count_responses(
     response
 }
 
+/// The MCP endpoint as a tower service (what [`Server::mcp_service`](super::Server::mcp_service)
+/// returns): POST, GET and DELETE, any other method 405. Clones share the server. It takes
+/// any request body (axum's, hyper's `Incoming`, …), so it mounts in an axum router with
+/// `route_service` or `nest_service`, or serves on its own in any tower stack.
+#[derive(Clone)]
+pub struct McpService {
+    router: axum::routing::MethodRouter,
+}
+
+impl McpService {
+    pub(super) fn new(router: axum::routing::MethodRouter) -> Self {
+        Self { router }
+    }
+}
+
+impl std::fmt::Debug for McpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpService").finish_non_exhaustive()
+    }
+}
+
+impl<B> tower::Service<http::Request<B>> for McpService
+where
+    B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        tower::Service::<http::Request<B>>::poll_ready(&mut self.router, cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        Box::pin(tower::Service::call(&mut self.router, request))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

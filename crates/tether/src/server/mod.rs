@@ -14,7 +14,9 @@
 //! Inside, imports run one way (the repository's `docs/ARCHITECTURE.md` draws the graph):
 //! `config` holds the configuration and every default; `session` the per-session runtime
 //! state; `state` the server's state (the session registry and lifecycle, the writer
-//! factory); `dispatch` runs an accepted POST's messages; `reply` turns its answer into
+//! factory); `dispatch` runs an accepted POST's messages; `finish` is how
+//! every request ends, in both eras and as a task (its handler's events stored, then its answer,
+//! then its stream completed); `reply` turns its answer into
 //! HTTP; `handoff` carries requests for sessions another node of a shared store runs;
 //! `background` is the sweeper, the orphan answers and the relay inbox; `endpoint` is every
 //! axum handler; `modern` serves a 2026-07-28 POST, `mrtr` its questions and sealed
@@ -34,6 +36,7 @@ pub mod context;
 mod dispatch;
 mod endpoint;
 pub mod error;
+mod finish;
 pub mod handler;
 mod handoff;
 mod listen;
@@ -74,6 +77,7 @@ pub use config::{
 };
 pub use context::{ContextError, RequestContext, SessionContext};
 pub use dispatch::CANCEL_GRACE;
+pub use endpoint::McpService;
 pub use error::{ModernRefusal, ResumeRefusal, ServerError};
 pub use handler::{Handler, ServerInfo, TaskSupport};
 pub use handoff::HANDOFF_TIMEOUT;
@@ -342,7 +346,13 @@ impl Server {
     /// 405), every response carrying `Tether-Node`. It answers on whatever path it is
     /// mounted at, so mount it with `Router::route_service(path, ..)` or
     /// `Router::nest_service(path, ..)`. Services made from one server share its sessions.
-    pub fn mcp_service(&self) -> MethodRouter {
+    pub fn mcp_service(&self) -> McpService {
+        McpService::new(self.endpoint())
+    }
+
+    /// The endpoint's routes; [`router`](Self::router) mounts them as they are, without the
+    /// boxed future [`McpService`] answers with.
+    fn endpoint(&self) -> MethodRouter {
         let counted = axum::middleware::from_fn_with_state(
             Arc::clone(&self.state),
             endpoint::count_responses,
@@ -382,7 +392,7 @@ impl Server {
     /// [`ServerConfig::path`] and the [`ops_router`](Self::ops_router)'s routes.
     pub fn router(&self) -> Router {
         Router::new()
-            .route_service(&self.state.config.path, self.mcp_service())
+            .route_service(&self.state.config.path, self.endpoint())
             .merge(self.ops_router())
     }
 

@@ -45,6 +45,7 @@ use tracing::Instrument as _;
 use super::context::ModernRequest;
 use super::dispatch;
 use super::error::ServerError;
+use super::finish;
 use super::handler::{ServerInfo, TaskSupport};
 use super::metrics::ModernOutcome;
 use super::mrtr::{InputRounds, request_digest};
@@ -503,11 +504,11 @@ async fn drive(
     let method = request.method.clone();
     let response =
         dispatch::run_handler(&state, &runtime, request, slot, stream, Some(modern)).await;
-    let Some(mut response) = response else {
+    let Some(mut response) = finish::settle(&runtime, stream, response).await else {
         state
             .metrics
             .modern_request(&method, ModernOutcome::Disconnected);
-        let _ = runtime.events().complete(stream).await;
+        finish::complete(&runtime, stream).await;
         return;
     };
     let outcome = match &mut response {
@@ -524,18 +525,10 @@ async fn drive(
         RpcResponse::Error(_) => ModernOutcome::Error,
     };
     state.metrics.modern_request(&method, outcome);
-    let bytes = runtime.response_bytes(&response);
-    let stored = async {
-        runtime.events().flush(stream).await?;
-        runtime.append_bytes(stream, &bytes).await?;
-        runtime.events().complete(stream).await
-    }
-    .await;
-    if let Err(error) = stored
-        && !runtime.is_closed()
-    {
-        tracing::warn!(%error, "a modern request's response could not be stored");
-    }
+    // Completed even when the response was lost: the reader then sees the stream end
+    // unanswered rather than wait for good.
+    let _ = finish::store_response(&runtime, stream, &response).await;
+    finish::complete(&runtime, stream).await;
 }
 
 /// `tasks/stream`: a refusal (unknown task, bad cursor, `events_gone`) as JSON, or the task's

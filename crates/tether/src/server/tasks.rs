@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::ModernRequest;
 use super::dispatch;
+use super::finish;
 use super::mrtr::TaskLink;
 use super::session::SessionRuntime;
 use super::state::ServerState;
@@ -266,20 +267,9 @@ async fn run(
     let response =
         dispatch::run_handler(&state, &runtime, request, slot, stream, Some(modern)).await;
     watcher.abort();
-    // What the handler emitted must be stored before its outcome is: a commit that failed
-    // late (store/pipeline.rs) lost events it was told were queued, so the task ends as it
-    // would have had its emit failed, its stream a gap-free prefix, rather than `completed`
-    // over a stream that misses events.
-    let response = match (response, state.events.flush(stream).await) {
-        (Some(response), Err(error)) => {
-            tracing::warn!(%error, "events of a task were lost: it fails");
-            let error = super::error::ServerError::Store(error)
-                .error_object()
-                .expect("a store failure has a JSON-RPC error");
-            Some(RpcResponse::error(response.id().cloned(), error))
-        }
-        (response, _) => response,
-    };
+    // A task whose events were lost fails, its stream a gap-free prefix, rather than end
+    // `completed` over a stream that misses events.
+    let response = finish::settle(&runtime, stream, response).await;
     let change = match response {
         None => TaskChange::cancelled(),
         Some(RpcResponse::Result(mut result)) => {
@@ -292,8 +282,7 @@ async fn run(
     };
     // Retried while the store is unavailable (Redis restarting): the node is alive, so no
     // other node would ever fail the task for it, and it would stay `working` for good.
-    if let Err(error) =
-        dispatch::persist(&runtime, || state.tasks.change(&id, change.clone())).await
+    if let Err(error) = finish::persist(&runtime, || state.tasks.change(&id, change.clone())).await
     {
         tracing::warn!(%error, "a task's outcome could not be stored");
     }
@@ -301,9 +290,7 @@ async fn run(
     // the outcome with `tasks/get`. The stream holds what the handler emitted, not the
     // response, and stays in the event log (the store's retention, or the task's TTL,
     // whichever ends first).
-    if let Err(error) = dispatch::persist(&runtime, || state.events.complete(stream)).await {
-        tracing::debug!(%error, "a task's event stream was not completed");
-    }
+    finish::complete(&runtime, stream).await;
     runtime.close();
     // The task's events are its own session in the event log: removed whole once their
     // retention after the end has passed (readers then get `events_gone`). Not across a
