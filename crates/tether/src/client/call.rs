@@ -7,8 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 use tether_proto::jsonrpc::{Message, Notification, Request, Response};
+use tokio::sync::mpsc;
 
-use super::{Client, Error, MessageStream, ResumptionToken, TaskHandle};
+use super::error::Error;
+use super::session::Client;
+use super::stream::MessageStream;
+use super::task_handle::{TaskHandle, token_seq};
+use super::tasks::created_task;
+use super::token::ResumptionToken;
 
 /// Distinguishes the progress tokens of one process's calls.
 static NEXT_PROGRESS_TOKEN: AtomicU64 = AtomicU64::new(1);
@@ -173,7 +179,7 @@ impl ToolCall {
     pub fn task(&self) -> Option<TaskHandle> {
         let task = self.stream.task_id()?;
         let token = self.stream.resumption_token()?;
-        let after = super::task_handle::token_seq(&token).ok().flatten();
+        let after = token_seq(&token).ok().flatten();
         Some(TaskHandle::new(
             self.client.clone(),
             task.to_owned(),
@@ -202,6 +208,51 @@ impl Client {
             .request("tools/call", Some(tool_call_params(name, arguments)))
             .await?;
         Ok(ToolCall::new(self.clone(), stream))
+    }
+
+    /// Calls tool `name` with `arguments` as a task: sends `tools/call` (with a progress
+    /// token and the tasks extension declared) and returns the task's handle once the server
+    /// answered with its `CreateTaskResult`. The application then follows the task itself
+    /// ([`TaskHandle`]); [`call_tool`](Self::call_tool) follows it for the application.
+    ///
+    /// A message the server sends before the `CreateTaskResult` is logged and dropped: this
+    /// era's servers create the task before its handler emits anything.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TasksNotOffered`] when the client speaks the 2025 era, its
+    /// [`ClientConfig::tasks`](super::ClientConfig::tasks) is off or the server does not offer the tasks extension;
+    /// [`Error::NotATask`] (holding the answer) when the server ran the call directly;
+    /// [`Error::MayHaveRun`] when the connection was lost before the answer.
+    pub async fn call_tool_as_task(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<TaskHandle, Error> {
+        let inner = &self.inner;
+        if !self.is_modern() || !inner.config.tasks || !inner.offers_tasks().0 {
+            return Err(Error::TasksNotOffered {
+                what: "tasks (a 2026-07-28 server with the tasks extension)",
+            });
+        }
+        let request_id = inner.next_request_id();
+        let (tx, mut rx) = mpsc::channel(inner.config.stream_buffer.max(1));
+        let early = tokio::spawn(async move {
+            while let Some(delivery) = rx.recv().await {
+                tracing::debug!(?delivery, "a message before the CreateTaskResult, dropped");
+            }
+        });
+        let params = tool_call_params(name, arguments);
+        let answered = inner.modern_rounds("tools/call", Some(&params), &tx).await;
+        drop(tx);
+        let _ = early.await;
+        let response = answered?;
+        match created_task(&response) {
+            Some((task, poll)) => Ok(TaskHandle::new(self.clone(), task, request_id, None, poll)),
+            None => Err(Error::NotATask {
+                response: Box::new(response),
+            }),
+        }
     }
 }
 

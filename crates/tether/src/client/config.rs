@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 use tether_proto::reconnect::ReconnectConfig;
 use tether_proto::version::ProtocolVersion;
 
-use super::{AuthProvider, ResumptionToken, ServerRequestHandler};
+use super::auth::AuthProvider;
+use super::handler::ServerRequestHandler;
+use super::token::ResumptionToken;
 
 /// Default [`ClientConfig::request_timeout`](super::ClientConfig::request_timeout): 30 s to get the head of an answer (or a whole
 /// JSON body). Long tool calls are not bounded by it: their SSE streams are watched by the

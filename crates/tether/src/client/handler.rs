@@ -1,27 +1,24 @@
-//! Server→client requests: the one place they are answered. `ping` is built in; other
-//! requests go to the [`ServerRequestHandler`] configured as
-//! [`ClientConfig::request_handler`](super::ClientConfig::request_handler), if any.
+//! Server→client requests: the [`ServerRequestHandler`] an application configures as
+//! [`ClientConfig::request_handler`](super::ClientConfig::request_handler) to answer them.
 //!
 //! Every [`MessageStream`](super::MessageStream) of a client (a request's stream, a
 //! [`ToolCall`](super::ToolCall)'s, the standalone stream of
-//! [`Client::server_messages`]) passes each server request through
-//! [`answer_server_request`] before yielding it:
+//! [`Client::server_messages`](super::Client::server_messages)) passes each server request
+//! through one function of the `stream` module before yielding it:
 //!
 //! - `ping` is answered with an empty result and still yielded (for visibility);
 //! - a request the handler [accepts](ServerRequestHandler::accepts) is answered with the
 //!   handler's result or error and *not* yielded: the stream commits it once the answer is
 //!   sent and moves on;
 //! - anything else (no handler, or the handler declines) is yielded for the application to
-//!   answer with [`Client::respond`].
+//!   answer with [`Client::respond`](super::Client::respond).
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
-use tether_proto::jsonrpc::{ErrorObject, Request, Response};
-
-use super::Client;
+use serde_json::Value;
+use tether_proto::jsonrpc::{ErrorObject, Request};
 
 /// Answers server→client requests other than `ping` (`sampling/createMessage`,
-/// `elicitation/create`, `roots/list`, …) for a [`Client`]; set it as
+/// `elicitation/create`, `roots/list`, …) for a [`Client`](super::Client); set it as
 /// [`ClientConfig::request_handler`](super::ClientConfig::request_handler). Declare what it
 /// supports in [`ClientConfig::capabilities`](super::ClientConfig::capabilities) (for example
 /// `{"sampling": {}, "elicitation": {}}`): servers only ask for what a client announced.
@@ -60,28 +57,4 @@ pub trait ServerRequestHandler: Send + Sync {
     /// The answer to `request`: its JSON-RPC `result`, or the error sent back instead (the
     /// server's side sees it as a remote error).
     async fn handle(&self, request: &Request) -> Result<Value, ErrorObject>;
-}
-
-/// Answers `request` if the client answers it itself: `ping` built in, else through the
-/// configured [`ServerRequestHandler`]. Returns whether the request was consumed (answered by
-/// the handler, so the caller does not yield it); a `ping` is answered but not consumed.
-/// Failing to send an answer is logged, not returned: the stream goes on, and the server's
-/// side times out or gives up on its own.
-pub(crate) async fn answer_server_request(client: &Client, request: &Request) -> bool {
-    let (result, consumed) = if request.method == "ping" {
-        (Ok(json!({})), false)
-    } else {
-        match &client.inner.config.request_handler {
-            Some(handler) if handler.accepts(request) => (handler.handle(request).await, true),
-            _ => return false,
-        }
-    };
-    let answer = match result {
-        Ok(result) => Response::success(request.id.clone(), result),
-        Err(error) => Response::error(Some(request.id.clone()), error),
-    };
-    if let Err(error) = client.respond(answer).await {
-        tracing::warn!(%error, method = %request.method, "answering a server request failed");
-    }
-    consumed
 }

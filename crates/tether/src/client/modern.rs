@@ -44,10 +44,12 @@ use tether_proto::version::ProtocolVersion;
 use tether_sse::{Decoder, Item};
 use tokio::sync::mpsc;
 
+use super::config::ProtocolChoice;
+use super::error::Error;
+use super::events::ClientEvent;
 use super::retry::Attempts;
 use super::session::{Inner, read_body, response_kind};
 use super::stream::Delivery;
-use super::{ClientEvent, Error, ProtocolChoice};
 
 /// Whether a `server/discover` result offers the tasks extension with its event streams.
 fn offers_task_streams(discovered: &Value) -> bool {
@@ -297,21 +299,6 @@ impl Inner {
         crate::lock(&self.modern_running).remove(&id);
         let outcome = outcome.unwrap_or(Err(Error::Cancelled));
         let _ = tx.send(final_delivery(outcome, id)).await;
-    }
-
-    /// [`modern_rounds`](Self::modern_rounds), then, when the server answered with a task,
-    /// the task followed to its outcome ([`follow_task`](Self::follow_task)).
-    async fn rounds_or_task(
-        self: &Arc<Self>,
-        method: &str,
-        params: Option<&Value>,
-        tx: &mpsc::Sender<Delivery>,
-    ) -> Result<RpcResponse, Error> {
-        let response = self.modern_rounds(method, params, tx).await?;
-        match super::tasks::created_task(&response) {
-            Some((task, poll)) => self.follow_task(&task, poll, None, tx).await,
-            None => Ok(response),
-        }
     }
 
     /// Follows task `task` after `after` as the exchange of the request the caller knows as

@@ -11,10 +11,13 @@ use tether_proto::jsonrpc::RequestId;
 use tether_proto::version::ProtocolVersion;
 use tokio::sync::mpsc;
 
-use super::stream::Driver;
-use super::{
-    Client, ClientConfig, Error, Inner, MessageStream, ProtocolChoice, ResumptionToken, ToolCall,
-};
+use super::call::ToolCall;
+use super::config::{ClientConfig, ProtocolChoice};
+use super::error::Error;
+use super::session::{Client, Inner};
+use super::stream::{Driver, MessageStream};
+use super::task_handle::{TaskHandle, token_seq};
+use super::token::ResumptionToken;
 
 /// Request ids of a resumed client start here, far from the ids the first process used, so
 /// that a new request cannot be confused with the resumed one.
@@ -89,7 +92,7 @@ impl Client {
     ) -> Result<(Self, MessageStream), Error> {
         config.protocol = ProtocolChoice::Version(ProtocolVersion::MODERN);
         config.tasks = true;
-        let after = super::task_handle::token_seq(token)?;
+        let after = token_seq(token)?;
         let client = Self::connect(url, config).await?;
         let (tx, rx) = mpsc::channel(client.inner.config.stream_buffer.max(1));
         tokio::spawn(Arc::clone(&client.inner).task_exchange(
@@ -117,5 +120,39 @@ impl Client {
     ) -> Result<ToolCall, Error> {
         let (client, stream) = Self::resume(url, token, config).await?;
         Ok(ToolCall::new(client, stream))
+    }
+
+    /// The task `token` names (saved from a [`TaskHandle`], a [`TaskEvents`](super::TaskEvents) commit or a
+    /// task call's stream, in an earlier process) at the MCP endpoint `url`, as a handle whose
+    /// events continue after the token's seq. Connects in the 2026-07-28 era with tasks on;
+    /// `tools/call` is never sent again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a bad URL, a token that names no task or a seq that is not a
+    /// number; what connecting failed with; [`Error::TasksNotOffered`] when the server no
+    /// longer offers tasks.
+    pub async fn resume_task(
+        url: &str,
+        token: &ResumptionToken,
+        mut config: ClientConfig,
+    ) -> Result<TaskHandle, Error> {
+        let task = token
+            .task_id
+            .clone()
+            .ok_or_else(|| Error::Config("the token names no task".to_owned()))?;
+        let request_id = token.request_id.clone().ok_or_else(|| {
+            Error::Config("the token is for the standalone stream, not a request".to_owned())
+        })?;
+        let after = token_seq(token)?;
+        config.protocol = ProtocolChoice::Version(ProtocolVersion::MODERN);
+        config.tasks = true;
+        let client = Self::connect(url, config).await?;
+        if !client.inner.offers_tasks().0 {
+            return Err(Error::TasksNotOffered {
+                what: "tasks (a 2026-07-28 server with the tasks extension)",
+            });
+        }
+        Ok(TaskHandle::new(client, task, request_id, after, None))
     }
 }

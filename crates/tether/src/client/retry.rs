@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tether_proto::backoff::SplitMix64;
 use tether_proto::reconnect::{Action, Event, Failure, GiveUpReason, Reconnect, ReconnectConfig};
 
-use super::Error;
+use super::error::Error;
 
 /// A jitter source for one machine, seeded from the operating system so that clients that
 /// lost the same server do not reconnect in lockstep.

@@ -21,10 +21,13 @@ use tether_sse::{Decoder, Item};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use super::config::ClientConfig;
+use super::error::Error;
+use super::events::ClientEvent;
 use super::retry::Attempts;
 use super::tls::http_client;
+use super::transport;
 use super::transport::{Failed, Transport};
-use super::{ClientConfig, ClientEvent, Error, transport};
 
 /// How long [`Client::connect`](super::Client::connect) probes for the 2024-11-05 `endpoint` event after an
 /// `initialize` was refused.
@@ -32,6 +35,21 @@ pub(super) const LEGACY_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Capacity of the [`ClientEvents`] broadcast; a receiver lagging further loses the oldest.
 pub(super) const EVENT_CAPACITY: usize = 64;
+
+/// An MCP client over Streamable HTTP. Cheap to clone; clones share the session.
+#[derive(Clone)]
+pub struct Client {
+    pub(super) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.inner.transport.url().as_str())
+            .field("session_id", &self.session_id())
+            .finish_non_exhaustive()
+    }
+}
 
 /// State shared by the client handle and its stream tasks.
 pub(crate) struct Inner {

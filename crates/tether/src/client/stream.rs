@@ -27,8 +27,8 @@ use std::time::Instant;
 
 use reqwest::Response;
 use reqwest::header::CONTENT_TYPE;
-use serde::{Deserialize, Serialize};
-use tether_proto::jsonrpc::{Message, RequestId, Response as RpcResponse};
+use serde_json::json;
+use tether_proto::jsonrpc::{Message, Request, RequestId, Response as RpcResponse};
 use tether_proto::reconnect::{
     Action, Event as MachineEvent, Failure, GiveUpReason, Reconnect, StreamKind,
 };
@@ -36,10 +36,11 @@ use tether_proto::version::ProtocolVersion;
 use tether_sse::{Decoder, Item, ResponseAction, classify_response};
 use tokio::sync::mpsc;
 
+use super::config::TokenCallback;
 use super::error::Error;
-use super::handler::answer_server_request;
 use super::retry::rng;
-use super::{Client, Inner, TokenCallback};
+use super::session::{Client, Inner};
+use super::token::ResumptionToken;
 
 /// What the stream task hands to the application's end, in stream order.
 #[derive(Debug)]
@@ -60,27 +61,6 @@ pub(crate) enum Delivery {
     Task(String),
     /// The stream failed; nothing follows.
     Failed(Error),
-}
-
-/// A persistable resumption point: enough to resume a stream with GET + `Last-Event-ID` in
-/// the same session after the process restarted ([`Client::resume`](super::Client::resume)).
-/// Produced after each commit: when the application asks for the next message or acks one
-/// ([`MessageStream::ack`](super::MessageStream::ack)), never merely on receipt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResumptionToken {
-    /// The session's `Mcp-Session-Id`, if the server uses sessions.
-    pub session_id: Option<String>,
-    /// The negotiated protocol version.
-    pub protocol_version: Option<ProtocolVersion>,
-    /// The request whose response stream this is; `None` for the standalone stream.
-    pub request_id: Option<RequestId>,
-    /// The last committed event id (opaque; empty if the server cleared it). For a call that
-    /// runs as a task, the last committed task event seq, in decimal (empty before the first).
-    pub last_event_id: String,
-    /// The task the call runs as (2026-07-28 era): [`Client::resume`](super::Client::resume)
-    /// then follows the task after `last_event_id` instead of resuming a stream.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task_id: Option<String>,
 }
 
 /// The messages of one server stream, in order, each once: for a request, the related server
@@ -415,7 +395,7 @@ impl Driver {
                 Flow::Continue
             }
             Action::Connect { last_event_id } => {
-                self.inner.emit(super::ClientEvent::Reconnecting {
+                self.inner.emit(super::events::ClientEvent::Reconnecting {
                     request_id: self.request_id.clone(),
                     last_event_id: last_event_id.clone(),
                     failures: self.machine.failures(),
@@ -573,7 +553,7 @@ impl Driver {
         match classify_response(status, content_type) {
             ResponseAction::ReadStream => {
                 self.machine.on_connected(now);
-                self.inner.emit(super::ClientEvent::Connected {
+                self.inner.emit(super::events::ClientEvent::Connected {
                     request_id: self.request_id.clone(),
                 });
                 Some(Conn::new(response))
@@ -760,4 +740,28 @@ async fn sleep_until(deadline: Option<Instant>) {
         Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
         None => std::future::pending().await,
     }
+}
+
+/// Answers `request` if the client answers it itself: `ping` built in, else through the
+/// configured [`ServerRequestHandler`](super::ServerRequestHandler). Returns whether the request was consumed (answered by
+/// the handler, so the caller does not yield it); a `ping` is answered but not consumed.
+/// Failing to send an answer is logged, not returned: the stream goes on, and the server's
+/// side times out or gives up on its own.
+async fn answer_server_request(client: &Client, request: &Request) -> bool {
+    let (result, consumed) = if request.method == "ping" {
+        (Ok(json!({})), false)
+    } else {
+        match &client.inner.config.request_handler {
+            Some(handler) if handler.accepts(request) => (handler.handle(request).await, true),
+            _ => return false,
+        }
+    };
+    let answer = match result {
+        Ok(result) => RpcResponse::success(request.id.clone(), result),
+        Err(error) => RpcResponse::error(Some(request.id.clone()), error),
+    };
+    if let Err(error) = client.respond(answer).await {
+        tracing::warn!(%error, method = %request.method, "answering a server request failed");
+    }
+    consumed
 }

@@ -22,10 +22,11 @@ use tether_proto::jsonrpc::{Message, RequestId, Response as RpcResponse};
 use tether_proto::version::ProtocolVersion;
 use tokio::sync::mpsc;
 
-use super::call::tool_call_params;
-use super::stream::Delivery;
-use super::tasks::{created_task, outcome};
-use super::{Client, ClientConfig, Error, MessageStream, ProtocolChoice, ResumptionToken};
+use super::error::Error;
+use super::session::Client;
+use super::stream::{Delivery, MessageStream};
+use super::tasks::outcome;
+use super::token::ResumptionToken;
 
 /// Where a task is in its life, as `tasks/get` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,87 +296,6 @@ impl TaskEvents {
     #[must_use]
     pub fn resumption_token(&self) -> Option<ResumptionToken> {
         self.stream.resumption_token()
-    }
-}
-
-impl Client {
-    /// Calls tool `name` with `arguments` as a task: sends `tools/call` (with a progress
-    /// token and the tasks extension declared) and returns the task's handle once the server
-    /// answered with its `CreateTaskResult`. The application then follows the task itself
-    /// ([`TaskHandle`]); [`call_tool`](Self::call_tool) follows it for the application.
-    ///
-    /// A message the server sends before the `CreateTaskResult` is logged and dropped: this
-    /// era's servers create the task before its handler emits anything.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::TasksNotOffered`] when the client speaks the 2025 era, its
-    /// [`ClientConfig::tasks`] is off or the server does not offer the tasks extension;
-    /// [`Error::NotATask`] (holding the answer) when the server ran the call directly;
-    /// [`Error::MayHaveRun`] when the connection was lost before the answer.
-    pub async fn call_tool_as_task(
-        &self,
-        name: &str,
-        arguments: Value,
-    ) -> Result<TaskHandle, Error> {
-        let inner = &self.inner;
-        if !self.is_modern() || !inner.config.tasks || !inner.offers_tasks().0 {
-            return Err(Error::TasksNotOffered {
-                what: "tasks (a 2026-07-28 server with the tasks extension)",
-            });
-        }
-        let request_id = inner.next_request_id();
-        let (tx, mut rx) = mpsc::channel(inner.config.stream_buffer.max(1));
-        let early = tokio::spawn(async move {
-            while let Some(delivery) = rx.recv().await {
-                tracing::debug!(?delivery, "a message before the CreateTaskResult, dropped");
-            }
-        });
-        let params = tool_call_params(name, arguments);
-        let answered = inner.modern_rounds("tools/call", Some(&params), &tx).await;
-        drop(tx);
-        let _ = early.await;
-        let response = answered?;
-        match created_task(&response) {
-            Some((task, poll)) => Ok(TaskHandle::new(self.clone(), task, request_id, None, poll)),
-            None => Err(Error::NotATask {
-                response: Box::new(response),
-            }),
-        }
-    }
-
-    /// The task `token` names (saved from a [`TaskHandle`], a [`TaskEvents`] commit or a
-    /// task call's stream, in an earlier process) at the MCP endpoint `url`, as a handle whose
-    /// events continue after the token's seq. Connects in the 2026-07-28 era with tasks on;
-    /// `tools/call` is never sent again.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Config`] for a bad URL, a token that names no task or a seq that is not a
-    /// number; what connecting failed with; [`Error::TasksNotOffered`] when the server no
-    /// longer offers tasks.
-    pub async fn resume_task(
-        url: &str,
-        token: &ResumptionToken,
-        mut config: ClientConfig,
-    ) -> Result<TaskHandle, Error> {
-        let task = token
-            .task_id
-            .clone()
-            .ok_or_else(|| Error::Config("the token names no task".to_owned()))?;
-        let request_id = token.request_id.clone().ok_or_else(|| {
-            Error::Config("the token is for the standalone stream, not a request".to_owned())
-        })?;
-        let after = token_seq(token)?;
-        config.protocol = ProtocolChoice::Version(ProtocolVersion::MODERN);
-        config.tasks = true;
-        let client = Self::connect(url, config).await?;
-        if !client.inner.offers_tasks().0 {
-            return Err(Error::TasksNotOffered {
-                what: "tasks (a 2026-07-28 server with the tasks extension)",
-            });
-        }
-        Ok(TaskHandle::new(client, task, request_id, after, None))
     }
 }
 

@@ -31,11 +31,12 @@ use tether_proto::jsonrpc::{
 use tether_proto::modern::{TASKS_EXTENSION, name_header};
 use tokio::sync::{Notify, mpsc};
 
+use super::error::Error;
 use super::modern::{Carried, Outcome};
 use super::retry::Attempts;
 use super::session::Inner;
 use super::stream::Delivery;
-use super::{Error, MessageStream};
+use super::stream::MessageStream;
 
 /// SEP-2694's error for a cursor the retained events cannot cover.
 const EVENTS_GONE: i64 = -32010;
@@ -50,6 +51,21 @@ const MAX_POLL: Duration = Duration::from_secs(30);
 const READ_AHEAD: usize = 64;
 
 impl Inner {
+    /// [`modern_rounds`](Self::modern_rounds), then, when the server answered with a task,
+    /// the task followed to its outcome ([`follow_task`](Self::follow_task)).
+    pub(super) async fn rounds_or_task(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&Value>,
+        tx: &mpsc::Sender<Delivery>,
+    ) -> Result<RpcResponse, Error> {
+        let response = self.modern_rounds(method, params, tx).await?;
+        match created_task(&response) {
+            Some((task, poll)) => self.follow_task(&task, poll, None, tx).await,
+            None => Ok(response),
+        }
+    }
+
     /// Whether the server offers the tasks extension, and its event streams.
     pub(super) fn offers_tasks(&self) -> (bool, bool) {
         let result = crate::lock(&self.server_result);
@@ -185,7 +201,7 @@ impl Inner {
         loop {
             attempts.next().await?;
             if !first {
-                self.emit(super::ClientEvent::Reconnecting {
+                self.emit(super::events::ClientEvent::Reconnecting {
                     request_id: None,
                     last_event_id: last.map(|seq| seq.to_string()),
                     failures: attempts.failures(),

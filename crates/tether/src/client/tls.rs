@@ -2,7 +2,8 @@
 //! plus [`ClientConfig::extra_root_certificates`](super::ClientConfig), timeouts and
 //! proxies from the environment.
 
-use super::{ClientConfig, Error};
+use super::config::ClientConfig;
+use super::error::Error;
 
 /// Parses [`ClientConfig::extra_root_certificates`](super::ClientConfig::extra_root_certificates): PEM bundles and DER certificates.
 pub(super) fn root_certificates(entries: &[Vec<u8>]) -> Result<Vec<reqwest::Certificate>, Error> {

@@ -18,8 +18,9 @@ use tether_proto::headers::{
 };
 use tether_proto::version::ProtocolVersion;
 
-use super::error::Error;
-use super::{AuthError, AuthProvider, AuthRefusal, MAX_AUTH_RETRIES, MAX_ERROR_BODY};
+use super::auth::{AuthProvider, AuthRefusal, MAX_AUTH_RETRIES};
+use super::config::MAX_ERROR_BODY;
+use super::error::{AuthError, Error};
 
 /// The session as the transport knows it.
 #[derive(Debug, Clone, Default)]

@@ -10,7 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use reqwest::Url;
 
 use super::discovery::ServerMetadata;
-use crate::client::auth::AuthError;
+use crate::client::error::AuthError;
 
 /// The PKCE verifier and `state` of one flow.
 #[derive(Clone)]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::discovery::ServerMetadata;
 use super::grant::ClientIdentity;
-use crate::client::auth::AuthError;
+use crate::client::error::AuthError;
 
 const DIRECTORY_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::client::auth::AuthError;
+use crate::client::error::AuthError;
 
 /// The redirect path, pinned (docs/CONTRACTS.md#oauth-client).
 pub(crate) const CALLBACK_PATH: &str = "/callback";

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::client::auth::AuthError;
+use crate::client::error::AuthError;
 
 /// How long a sign-in waits for the browser's redirect, by default: long enough to type a
 /// password and approve, short enough that a forgotten tab does not hold the cache lock.

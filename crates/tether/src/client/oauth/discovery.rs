@@ -9,7 +9,7 @@
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
 
-use crate::client::auth::AuthError;
+use crate::client::error::AuthError;
 
 /// The well-known suffix of Protected Resource Metadata (RFC 9728 §3).
 const PROTECTED_RESOURCE: &str = "/.well-known/oauth-protected-resource";

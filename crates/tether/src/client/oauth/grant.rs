@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::discovery::ServerMetadata;
 use super::wire::{MAX_ANSWER_BYTES, error_answer, form_body, form_encode, read_limited};
-use crate::client::auth::AuthError;
+use crate::client::error::AuthError;
 
 /// How long a token request may take.
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(30);

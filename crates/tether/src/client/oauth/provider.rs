@@ -28,7 +28,8 @@ use super::discovery::{
 };
 use super::grant::{ClientIdentity, Grant, TokenAnswer, exchange};
 use super::register::{Registration, choose, register};
-use crate::client::auth::{AuthError, AuthProvider, AuthRefusal};
+use crate::client::auth::{AuthProvider, AuthRefusal};
+use crate::client::error::AuthError;
 
 /// What discovery found for the server.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use serde_json::json;
 use super::discovery::ServerMetadata;
 use super::grant::{ClientIdentity, TokenAuthMethod};
 use super::wire::{MAX_ANSWER_BYTES, read_limited};
-use crate::client::auth::AuthError;
+use crate::client::error::AuthError;
 
 /// How long a registration may take.
 const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(30);

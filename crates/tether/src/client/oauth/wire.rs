@@ -4,7 +4,7 @@
 //! introspection uses the same encoding, and it and the server's key fetches the same
 //! bounded read.
 
-use crate::client::auth::AuthError;
+use crate::client::error::AuthError;
 
 /// The most of an authorization server's answer that is read: its documents and token
 /// answers are a few KiB.
