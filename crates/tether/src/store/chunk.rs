@@ -22,7 +22,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use tether_proto::ids::StreamId;
 
-use super::memory::FastMap;
+use super::map::FastMap;
 
 /// Most events in one chunk: about what the SSE writer reads at once, so a read seldom
 /// fetches much more than it hands out.

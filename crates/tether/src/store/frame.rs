@@ -9,7 +9,7 @@ use bytes::{BufMut as _, Bytes, BytesMut};
 use tether_proto::ids::{EventId, StreamId};
 use tether_sse::EventFrame;
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// Checks that `message` fits in one `data:` line and returns it as text.
 pub(crate) fn validate(message: &[u8]) -> Result<&str, StoreError> {

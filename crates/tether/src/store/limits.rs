@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 /// What a store retains, and for how long: the same bounds for every backend (memory, SQLite,
-/// Redis), set once by [`Stores`](super::Stores) or a backend's configuration. Every field
+/// Redis), set once by [`Stores`](super::stores::Stores) or a backend's configuration. Every field
 /// has a named default; see each constant for why that value. `#[non_exhaustive]`: start
 /// from [`StoreLimits::default`] and set the fields you need.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,14 +23,14 @@ pub struct StoreLimits {
     /// whose frame is larger is refused ([`StoreError::EventTooLarge`]). Values below 1 act
     /// as 1.
     ///
-    /// [`StoreError::EventTooLarge`]: crate::store::StoreError::EventTooLarge
+    /// [`StoreError::EventTooLarge`]: crate::store::error::StoreError::EventTooLarge
     pub max_bytes_per_session: usize,
     /// Most streams (live or retained after completion) one session holds. When a new stream
     /// would exceed it, the session's oldest completed stream is evicted; only when every
     /// stream is live does creation fail ([`StoreError::TooManyStreams`]). Values below 1 act
     /// as 1.
     ///
-    /// [`StoreError::TooManyStreams`]: crate::store::StoreError::TooManyStreams
+    /// [`StoreError::TooManyStreams`]: crate::store::error::StoreError::TooManyStreams
     pub max_streams_per_session: usize,
     /// How many removed (expired or evicted) stream ids the store remembers, store-wide, so
     /// that reading one reports `Expired` rather than `UnknownStream`. The oldest are

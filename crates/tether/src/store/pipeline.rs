@@ -34,7 +34,7 @@
 //! the backend's unpipelined path, whose answers come after the commit. The error means: the
 //! events appended to this stream since the last successful answer may be lost; the caller
 //! that must not lose one (a request's final response) follows it with
-//! [`EventStore::flush`](super::EventStore::flush) and appends again on an error.
+//! [`EventStore::flush`](super::event_store::EventStore::flush) and appends again on an error.
 
 // Each durable backend uses part of this module: the lane queue is SQLite's, the direct
 // hand-off and demotion Redis's; both keep committed tails.
@@ -49,8 +49,10 @@ use bytes::Bytes;
 use tether_proto::ids::{EventId, SessionId, StreamId};
 use tokio::sync::{Notify, Semaphore, oneshot};
 
-use super::memory::FastMap;
-use super::{StoreError, StoredEvent, StreamOwner, frame};
+use super::error::StoreError;
+use super::event_store::{StoredEvent, StreamOwner};
+use super::frame;
+use super::map::FastMap;
 use crate::lock as guard;
 
 /// Most events of one stream queued but not yet committed. Large enough that a committer

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tether_proto::ids::StreamId;
 use tokio::sync::{mpsc, oneshot};
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// Where a session's handler runs, as seen from this node.
 #[derive(Debug, Clone, PartialEq, Eq)]

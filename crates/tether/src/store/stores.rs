@@ -12,9 +12,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::event_store::EventStore;
+use super::limits::StoreLimits;
+use super::memory::{MemoryEventStore, MemorySessionStore};
 use super::relay::Relay;
+use super::session_store::SessionStore;
 use super::tasks::{MemoryTaskStore, TaskStore};
-use super::{EventStore, MemoryEventStore, MemorySessionStore, SessionStore, StoreLimits};
 
 /// Shortest period of the memory store's retention sweeper, whatever its retention.
 const MIN_MEMORY_SWEEP_PERIOD: Duration = Duration::from_secs(1);
@@ -40,6 +43,10 @@ pub struct Stores {
     pub(crate) sessions: Arc<dyn SessionStore>,
     pub(crate) tasks: Arc<dyn TaskStore>,
     pub(crate) relay: Option<Arc<dyn Relay>>,
+    #[cfg_attr(
+        not(feature = "server"),
+        expect(dead_code, reason = "only a server starts the stores' background work")
+    )]
     pub(crate) start: Option<StartTasks>,
 }
 
@@ -76,13 +83,13 @@ impl Stores {
     /// # Errors
     ///
     /// When the file cannot be opened or set up, is not a database, or is in use by another
-    /// process ([`SqliteOpenError`](super::SqliteOpenError)).
+    /// process ([`SqliteOpenError`](super::sqlite::SqliteOpenError)).
     #[cfg(feature = "sqlite")]
     pub fn sqlite(
         path: impl Into<std::path::PathBuf>,
         limits: StoreLimits,
-    ) -> Result<Self, super::SqliteOpenError> {
-        let mut config = super::SqliteStoreConfig::new(path);
+    ) -> Result<Self, super::sqlite::SqliteOpenError> {
+        let mut config = super::sqlite::SqliteStoreConfig::new(path);
         config.limits = limits;
         Self::sqlite_with(config)
     }
@@ -93,12 +100,14 @@ impl Stores {
     ///
     /// As for [`Stores::sqlite`].
     #[cfg(feature = "sqlite")]
-    pub fn sqlite_with(config: super::SqliteStoreConfig) -> Result<Self, super::SqliteOpenError> {
+    pub fn sqlite_with(
+        config: super::sqlite::SqliteStoreConfig,
+    ) -> Result<Self, super::sqlite::SqliteOpenError> {
         let path = config.path.clone();
         let (events, sessions) = super::sqlite::open(config)?;
         let tasks = sessions
             .task_store()
-            .map_err(|source| super::SqliteOpenError::Tasks { path, source })?;
+            .map_err(|source| super::sqlite::SqliteOpenError::Tasks { path, source })?;
         Ok(Self::custom(Arc::new(events), Arc::new(sessions)).with_tasks(Arc::new(tasks)))
     }
 
@@ -109,13 +118,13 @@ impl Stores {
     /// # Errors
     ///
     /// When the URL is not Redis's or Redis cannot be reached
-    /// ([`RedisOpenError`](super::RedisOpenError)).
+    /// ([`RedisOpenError`](super::redis::RedisOpenError)).
     #[cfg(feature = "redis")]
     pub async fn redis(
         url: impl Into<String>,
         limits: StoreLimits,
-    ) -> Result<Self, super::RedisOpenError> {
-        let mut config = super::RedisStoreConfig::new(url);
+    ) -> Result<Self, super::redis::RedisOpenError> {
+        let mut config = super::redis::RedisStoreConfig::new(url);
         config.limits = limits;
         Self::redis_with(config).await
     }
@@ -127,8 +136,8 @@ impl Stores {
     /// As for [`Stores::redis`].
     #[cfg(feature = "redis")]
     pub async fn redis_with(
-        config: super::RedisStoreConfig,
-    ) -> Result<Self, super::RedisOpenError> {
+        config: super::redis::RedisStoreConfig,
+    ) -> Result<Self, super::redis::RedisOpenError> {
         let url = config.url.clone();
         let (events, sessions) = super::redis::open(config).await?;
         let relay = events.relay();
@@ -136,7 +145,7 @@ impl Stores {
             sessions
                 .task_store()
                 .await
-                .map_err(|error| super::RedisOpenError::Connect {
+                .map_err(|error| super::redis::RedisOpenError::Connect {
                     url,
                     reason: error.to_string(),
                 })?;

@@ -23,11 +23,12 @@ use tether_proto::jsonrpc::RequestId;
 use tether_proto::version::ProtocolVersion;
 use tokio::time::timeout;
 
-use super::tasks::{TaskChange, TaskRecord, TaskStatus, TaskStore};
-use super::{
-    EventStore, ReadBatch, SessionRecord, SessionStore, SessionUsage, StoreError, StoredEvent,
-    StreamKind, StreamOwner,
+use super::error::StoreError;
+use super::event_store::{
+    EventStore, ReadBatch, SessionUsage, StoredEvent, StreamKind, StreamOwner,
 };
+use super::session_store::{SessionRecord, SessionStore};
+use super::tasks::{TaskChange, TaskRecord, TaskStatus, TaskStore};
 
 /// Per-session caps a check asks its store factory for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,7 +200,10 @@ fn owner(principal: &str, session: &SessionId) -> StreamOwner {
 }
 
 fn fresh_owner() -> StreamOwner {
-    owner(super::ANONYMOUS_PRINCIPAL, &SessionId::generate())
+    owner(
+        super::event_store::ANONYMOUS_PRINCIPAL,
+        &SessionId::generate(),
+    )
 }
 
 /// A compact JSON-RPC notification, as the server would append it.
@@ -686,7 +690,7 @@ pub async fn reads_are_scoped_to_the_owner<E: AsyncFn(Caps) -> Arc<dyn EventStor
         owner("alice", &theirs),
         owner("bob", &mine),
         bob_elsewhere.clone(),
-        owner(super::ANONYMOUS_PRINCIPAL, &mine),
+        owner(super::event_store::ANONYMOUS_PRINCIPAL, &mine),
     ] {
         for after in [0, 1, 2] {
             let read = read_after(&*events, &stranger, stream, after).await;
@@ -1332,7 +1336,7 @@ pub async fn reopen_reports_orphaned_request_streams_once<O: AsyncFn() -> Stores
     let orphans = events.orphaned_streams().await.expect("orphans");
     assert_eq!(
         orphans,
-        [super::OrphanedStream {
+        [super::event_store::OrphanedStream {
             owner: owner.clone(),
             stream: orphan,
             requests: requests.to_vec(),

@@ -1,5 +1,5 @@
 //! The task store: durable records of the tasks extension's tasks (SEP-2663), the
-//! `TaskStore` of the [`Stores`](super::Stores) bundle.
+//! `TaskStore` of the [`Stores`](super::stores::Stores) bundle.
 //!
 //! A [`TaskRecord`] is everything `tasks/get` answers with and everything the node running the
 //! task and the nodes answering `tasks/update` and `tasks/cancel` share: status, timestamps,
@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use tether_proto::ids::{SessionId, StreamId, TaskId};
 use tokio::sync::watch;
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// `error.data.reason` of a task, or a request, whose process or node died while it ran
 /// (also `server::SERVER_RESTARTED_REASON`).

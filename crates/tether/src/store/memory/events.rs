@@ -23,14 +23,15 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{FastMap, guard};
 use crate::fifo::FifoMap;
-use crate::store::StoreLimits;
-use crate::store::frame;
-use crate::store::{
-    EventStore, OrphanedStream, ReadBatch, SessionUsage, StoreError, StoredEvent, StreamKind,
-    StreamOwner,
+use crate::lock as guard;
+use crate::store::error::StoreError;
+use crate::store::event_store::{
+    EventStore, OrphanedStream, ReadBatch, SessionUsage, StoredEvent, StreamKind, StreamOwner,
 };
+use crate::store::frame;
+use crate::store::limits::StoreLimits;
+use crate::store::map::FastMap;
 
 /// The in-process [`EventStore`]: fast, bounded, and gone with the process.
 ///

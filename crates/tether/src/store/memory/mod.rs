@@ -15,14 +15,5 @@
 mod events;
 mod sessions;
 
-use crate::lock as guard;
-use std::collections::HashMap;
-
 pub use events::MemoryEventStore;
 pub use sessions::MemorySessionStore;
-
-/// The maps of this backend, looked up on every append and read. Keys are ids the server
-/// generated (a client can only look up, never insert, one of its choosing), so the
-/// default hasher's protection against chosen collisions buys nothing for its cost; foldhash
-/// keeps a per-map random seed all the same.
-pub(super) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;

@@ -10,8 +10,10 @@ use async_trait::async_trait;
 use tether_proto::ids::SessionId;
 use tokio::time::Instant;
 
-use super::{FastMap, guard};
-use crate::store::{SessionRecord, SessionStore, StoreError};
+use crate::lock as guard;
+use crate::store::error::StoreError;
+use crate::store::map::FastMap;
+use crate::store::session_store::{SessionRecord, SessionStore};
 
 /// The in-process [`SessionStore`]. Times are `tokio::time::Instant`s, so idle expiry follows
 /// tokio's clock (and paused time in tests).

@@ -12,134 +12,20 @@
 //! A session's home is the `node` recorded with its standalone stream by the create script,
 //! and it is alive while that node's lease key exists (see the module docs of `mod.rs`).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
-use serde::{Deserialize, Serialize};
 use tether_proto::ids::StreamId;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Inner, guard, unavailable, unavailable_because};
-use crate::store::StoreError;
+use super::backend::Inner;
+use super::relay_channel::{AWAITING_SWEEP_AT, Envelope};
+use crate::lock as guard;
+use crate::store::error::StoreError;
 use crate::store::relay::{
     Handoff, HandoffAnswer, IncomingHandoff, Relay, RelayError, SessionHome,
 };
-
-/// Handoffs awaiting an answer at which the map is swept of abandoned ones.
-const AWAITING_SWEEP_AT: usize = 256;
-
-/// What travels on a relay channel.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "snake_case")]
-enum Envelope {
-    Handoff {
-        from: String,
-        nonce: u64,
-        handoff: Handoff,
-    },
-    Answer {
-        nonce: u64,
-        answer: HandoffAnswer,
-    },
-}
-
-/// The relay channel of `node`.
-pub(super) fn channel(prefix: &str, node: &str) -> String {
-    format!("{prefix}relay:{node}")
-}
-
-/// The relay's state in one process: handoffs sent and awaiting answers, and the inbox of
-/// handoffs received.
-pub(super) struct RelayState {
-    node_id: String,
-    prefix: String,
-    conn: ConnectionManager,
-    command_timeout: Duration,
-    next_nonce: AtomicU64,
-    awaiting: Mutex<HashMap<u64, oneshot::Sender<HandoffAnswer>>>,
-    inbox: mpsc::UnboundedSender<IncomingHandoff>,
-    inbox_receiver: Mutex<Option<mpsc::UnboundedReceiver<IncomingHandoff>>>,
-}
-
-impl RelayState {
-    pub(super) fn new(
-        node_id: String,
-        prefix: String,
-        conn: ConnectionManager,
-        command_timeout: Duration,
-    ) -> Self {
-        let (inbox, receiver) = mpsc::unbounded_channel();
-        Self {
-            node_id,
-            prefix,
-            conn,
-            command_timeout,
-            next_nonce: AtomicU64::new(0),
-            awaiting: Mutex::default(),
-            inbox,
-            inbox_receiver: Mutex::new(Some(receiver)),
-        }
-    }
-
-    /// Publishes `envelope` on `node`'s channel; returns how many subscribers received it.
-    async fn publish(&self, node: &str, envelope: &Envelope) -> Result<i64, StoreError> {
-        let payload = serde_json::to_string(envelope).expect("envelopes serialize");
-        let mut conn = self.conn.clone();
-        let mut publish = redis::cmd("PUBLISH");
-        publish.arg(channel(&self.prefix, node)).arg(payload);
-        let command = publish.query_async::<i64>(&mut conn);
-        tokio::time::timeout(self.command_timeout, command)
-            .await
-            .map_err(|_| {
-                unavailable_because(format!(
-                    "redis did not answer within {:?}",
-                    self.command_timeout
-                ))
-            })?
-            .map_err(unavailable)
-    }
-
-    /// A message on this node's relay channel.
-    pub(super) fn heard(self: &Arc<Self>, payload: &[u8]) {
-        let envelope = match serde_json::from_slice::<Envelope>(payload) {
-            Ok(envelope) => envelope,
-            Err(error) => {
-                tracing::warn!(%error, "redis relay: unreadable message ignored");
-                return;
-            }
-        };
-        match envelope {
-            Envelope::Answer { nonce, answer } => {
-                if let Some(waiting) = guard(&self.awaiting).remove(&nonce) {
-                    let _ = waiting.send(answer);
-                }
-            }
-            Envelope::Handoff {
-                from,
-                nonce,
-                handoff,
-            } => {
-                let (reply, answered) = oneshot::channel();
-                if self.inbox.send(IncomingHandoff { handoff, reply }).is_err() {
-                    return;
-                }
-                let state = Arc::clone(self);
-                tokio::spawn(async move {
-                    // Dropped unanswered (the server is shutting down): the sender times out.
-                    let Ok(answer) = answered.await else { return };
-                    let envelope = Envelope::Answer { nonce, answer };
-                    if let Err(error) = state.publish(&from, &envelope).await {
-                        tracing::warn!(%error, node = %from, "redis relay: answer not sent");
-                    }
-                });
-            }
-        }
-    }
-}
 
 /// The [`Relay`] of a Redis store (see [`super::RedisEventStore::relay`]).
 pub struct RedisRelay {

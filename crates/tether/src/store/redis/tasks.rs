@@ -23,9 +23,10 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tether_proto::ids::TaskId;
 
-use super::{Inner, unavailable, unavailable_because};
+use super::backend::Inner;
+use super::reply::{unavailable, unavailable_because};
 use crate::lock as guard;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 use crate::store::tasks::{
     TaskChange, TaskRecord, TaskStore, apply_answers, apply_cancel, apply_change, apply_restarted,
     now_ms,

@@ -1,4 +1,4 @@
-//! Wake-ups for [`EventStore::wait_for_more`](crate::store::EventStore::wait_for_more) across
+//! Wake-ups for [`EventStore::wait_for_more`](crate::store::event_store::EventStore::wait_for_more) across
 //! nodes: one pub/sub subscriber connection per store, and the local watchers it wakes.
 //!
 //! Every script that changes a stream (append, complete, removal, eviction) publishes the
@@ -24,7 +24,7 @@ use tether_proto::ids::StreamId;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::guard;
+use crate::lock as guard;
 
 /// How often a waiter re-checks its stream even without a wake-up: a bound on how long a lost
 /// pub/sub message (or a half-open subscriber connection) can delay a reader. Short enough to

@@ -5,9 +5,11 @@ use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 use tether_proto::ids::{EventId, StreamId};
 
-use super::{SqliteStoreConfig, ms, now_ms, unavailable};
+use super::config::SqliteStoreConfig;
+use super::values::{ms, now_ms, unavailable};
 use crate::store::chunk;
-use crate::store::{ReadBatch, StoreError, StoredEvent, StreamOwner};
+use crate::store::error::StoreError;
+use crate::store::event_store::{ReadBatch, StoredEvent, StreamOwner};
 
 /// A stored frame as an event: the message is the `data` line's value.
 pub(super) fn stored_event(id: EventId, frame: Bytes) -> StoredEvent {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, params};
 
-use super::{Durability, SqliteOpenError, SqliteStoreConfig};
+use super::config::{Durability, SqliteOpenError, SqliteStoreConfig};
 use crate::lock as guard;
 use crate::store::chunk;
 

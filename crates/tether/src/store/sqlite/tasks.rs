@@ -17,14 +17,14 @@ use rusqlite::params;
 use serde_json::{Map, Value};
 use tether_proto::ids::TaskId;
 
-use super::Inner;
+use super::backend::Inner;
 use super::writer::Command;
 use crate::lock as guard;
+use crate::store::error::{StoreError, StoreFailure};
 use crate::store::tasks::{
     TaskChange, TaskMap, TaskRecord, TaskStore, apply_answers, apply_cancel, apply_change,
     apply_restarted, now_ms,
 };
-use crate::store::{StoreError, StoreFailure};
 
 /// The SQLite [`TaskStore`]. Made by
 /// [`SqliteSessionStore::task_store`](super::SqliteSessionStore::task_store).
@@ -53,7 +53,7 @@ fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> StoreEr
 impl SqliteTaskStore {
     /// Loads the file's tasks.
     pub(super) fn load(inner: Arc<Inner>) -> Result<Self, StoreError> {
-        let conn = super::open_reader(&inner.config.path).map_err(unavailable)?;
+        let conn = super::schema::open_reader(&inner.config.path).map_err(unavailable)?;
         let mut statement = conn
             .prepare("SELECT record FROM tasks")
             .map_err(unavailable)?;

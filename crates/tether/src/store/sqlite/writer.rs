@@ -1,7 +1,9 @@
 //! The writer thread: the only connection that writes. It takes every command waiting,
 //! applies them in one transaction, commits, publishes what is durable (lanes' watermarks,
 //! committed tails, wake-ups), and only then answers each caller; between batches it
-//! enforces retention and caps and returns free pages to the file system.
+//! enforces retention and caps and returns free pages to the file system. This module is the
+//! loop and the commands; the writes themselves are `writes`', removals and caps
+//! `retention`'s, and rebuilding the mirror from the file `reload`'s.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,21 +15,32 @@ use std::time::Duration;
 use bytes::Bytes;
 use rusqlite::{Connection, params};
 use tether_proto::ids::{EventId, SessionId, StreamId};
-use tether_proto::version::ProtocolVersion;
 use tokio::sync::{oneshot, watch};
 
+use super::config::{MAX_BATCH, SqliteStoreConfig};
 use super::schema::Checkpointer;
-use super::{
-    MAX_BATCH, REQUEST_KIND, STANDALONE_KIND, SWEEP_LIMIT, Shared, SqliteStoreConfig, VACUUM_PAGES,
-    ms, now_ms, unavailable, unavailable_because,
-};
+use super::values::{ms, now_ms, unavailable, unavailable_because};
 use crate::lock as guard;
-use crate::store::memory::FastMap;
+use crate::store::error::StoreError;
+use crate::store::event_store::{OrphanedStream, SessionUsage, StreamKind, StreamOwner};
+use crate::store::map::FastMap;
 use crate::store::pipeline::{self, CompletionReply, Lane, Queued};
-use crate::store::{
-    OrphanedStream, SessionRecord, SessionUsage, StoreError, StreamKind, StreamOwner,
-};
-use crate::store::{chunk, frame};
+use crate::store::session_store::SessionRecord;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+/// What the writer thread publishes to the async side.
+pub(super) struct Shared {
+    /// One watch per stream the writer holds: updated after each commit, dropped with the
+    /// stream (which ends every wait on it).
+    pub(super) progress: Mutex<HashMap<StreamId, watch::Sender<Progress>>>,
+    /// Every session record in the file, as last committed: the one writer keeps it, so
+    /// looking a session up on every request needs no read.
+    pub(super) records: Mutex<FastMap<SessionId, SessionRecord>>,
+    /// Transactions committed.
+    pub(super) transactions: AtomicU64,
+}
 
 pub(super) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
@@ -90,7 +103,7 @@ pub(super) type Statements = Box<dyn FnOnce(&Connection) -> Sql<Answer> + Send>;
 
 impl Command {
     /// Answers a command that was not applied with `error`.
-    fn refuse(self, error: &StoreError) {
+    pub(super) fn refuse(self, error: &StoreError) {
         let error = error.clone();
         match self {
             Self::Queued(lane) => {
@@ -155,17 +168,17 @@ impl Progress {
 
 /// The writer's mirror of one stream.
 pub(super) struct StreamState {
-    session: SessionId,
-    principal: Arc<str>,
-    first_seq: u64,
-    next_seq: u64,
-    events: usize,
-    bytes: usize,
-    complete: bool,
+    pub(super) session: SessionId,
+    pub(super) principal: Arc<str>,
+    pub(super) first_seq: u64,
+    pub(super) next_seq: u64,
+    pub(super) events: usize,
+    pub(super) bytes: usize,
+    pub(super) complete: bool,
 }
 
 impl StreamState {
-    fn progress(&self) -> Progress {
+    pub(super) fn progress(&self) -> Progress {
         Progress {
             first_seq: self.first_seq,
             last_seq: self.next_seq.saturating_sub(1),
@@ -177,38 +190,38 @@ impl StreamState {
 /// The writer's mirror of one session's streams and usage.
 #[derive(Default)]
 pub(super) struct SessionState {
-    usage: SessionUsage,
+    pub(super) usage: SessionUsage,
     /// Completed streams, oldest completion first, with their completion times.
-    completed: VecDeque<(i64, StreamId)>,
+    pub(super) completed: VecDeque<(i64, StreamId)>,
     /// `(stream, seq, frame bytes)` in append order, for evicting the oldest live event;
     /// entries of events removed otherwise are stale and skipped.
-    appended: VecDeque<(StreamId, u64, usize)>,
+    pub(super) appended: VecDeque<(StreamId, u64, usize)>,
 }
 
 pub(super) struct Writer {
-    conn: Connection,
-    config: SqliteStoreConfig,
-    shared: Arc<Shared>,
-    streams: FastMap<StreamId, StreamState>,
-    sessions: FastMap<SessionId, SessionState>,
+    pub(super) conn: Connection,
+    pub(super) config: SqliteStoreConfig,
+    pub(super) shared: Arc<Shared>,
+    pub(super) streams: FastMap<StreamId, StreamState>,
+    pub(super) sessions: FastMap<SessionId, SessionState>,
     /// Streams whose progress changed in this batch (published after commit).
-    touched: Vec<StreamId>,
+    pub(super) touched: Vec<StreamId>,
     /// Session records this batch stored (`Some`) or removed (`None`), applied to
     /// [`Shared::records`] after commit.
-    record_changes: Vec<(SessionId, Option<SessionRecord>)>,
+    pub(super) record_changes: Vec<(SessionId, Option<SessionRecord>)>,
     /// Incomplete Request streams found by [`Writer::reload`].
-    orphans: Vec<OrphanedStream>,
+    pub(super) orphans: Vec<OrphanedStream>,
     /// Events accounted for but not yet inserted (pipelined or not): written many rows per
     /// statement ([`Writer::insert_pending`]) before any other command, eviction or commit.
-    pending: Vec<(StreamId, u64, Bytes)>,
+    pub(super) pending: Vec<(StreamId, u64, Bytes)>,
     /// The chunk being encoded, kept between commits for its allocation.
-    chunk: Vec<u8>,
+    pub(super) chunk: Vec<u8>,
     /// The buffer a chunk is packed into ([`chunk::pack`]), kept between commits.
-    packed: Vec<u8>,
+    pub(super) packed: Vec<u8>,
     /// When the current batch began (ms since the epoch): the time retention is checked at
     /// for the pipelined appends in it, rather than reading the clock per event.
-    batch_started: i64,
-    checkpointer: Checkpointer,
+    pub(super) batch_started: i64,
+    pub(super) checkpointer: Checkpointer,
 }
 
 pub(super) type Sql<T> = rusqlite::Result<T>;
@@ -269,7 +282,7 @@ impl Writer {
         })
     }
 
-    fn run(mut self, rx: &mpsc::Receiver<Command>) {
+    pub(super) fn run(mut self, rx: &mpsc::Receiver<Command>) {
         let period = (self.config.limits.retention / 10)
             .clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut last_sweep = std::time::Instant::now();
@@ -300,7 +313,7 @@ impl Writer {
         }
     }
 
-    fn run_batch(&mut self, batch: Vec<Command>) {
+    pub(super) fn run_batch(&mut self, batch: Vec<Command>) {
         self.batch_started = now_ms();
         let mut answers = Vec::with_capacity(batch.len());
         let mut commands = batch.into_iter();
@@ -335,7 +348,7 @@ impl Writer {
     }
 
     /// Runs `f` in one transaction; on failure rolls back and reloads the mirror.
-    fn transaction(&mut self, f: impl FnOnce(&mut Self) -> Sql<()>) -> Sql<()> {
+    pub(super) fn transaction(&mut self, f: impl FnOnce(&mut Self) -> Sql<()>) -> Sql<()> {
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
         let result = f(self)
             .and_then(|()| self.insert_pending())
@@ -363,7 +376,7 @@ impl Writer {
     }
 
     /// Applies the session records this batch committed to the shared copy.
-    fn publish_records(&mut self) {
+    pub(super) fn publish_records(&mut self) {
         if self.record_changes.is_empty() {
             return;
         }
@@ -381,7 +394,7 @@ impl Writer {
     }
 
     /// Wakes the waiters of the streams this batch changed.
-    fn publish(&mut self) {
+    pub(super) fn publish(&mut self) {
         if self.touched.is_empty() {
             return;
         }
@@ -408,7 +421,7 @@ impl Writer {
     }
 
     /// Replaces every watch with the mirror's state (after open or a failed batch).
-    fn publish_all(&mut self) {
+    pub(super) fn publish_all(&mut self) {
         self.touched.clear();
         let mut progress = guard(&self.shared.progress);
         progress.retain(|stream, _| self.streams.contains_key(stream));
@@ -425,150 +438,7 @@ impl Writer {
     }
 
     /// Rebuilds the mirror from the database.
-    fn reload(&mut self) -> Sql<()> {
-        self.streams.clear();
-        self.sessions.clear();
-        self.orphans.clear();
-        let mut completed = Vec::new();
-        {
-            let mut statement = self.conn.prepare(
-                "SELECT stream, principal, session, first_seq, completed_at, kind, requests
-                 FROM streams",
-            )?;
-            let mut rows = statement.query([])?;
-            while let Some(row) = rows.next()? {
-                let (Ok(stream), Ok(session)) = (
-                    StreamId::parse(&row.get::<_, String>(0)?),
-                    SessionId::parse(&row.get::<_, String>(2)?),
-                ) else {
-                    continue;
-                };
-                let principal: String = row.get(1)?;
-                let first_seq = u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0);
-                let completed_at: Option<i64> = row.get(4)?;
-                let kind: i64 = row.get(5)?;
-                let principal: Arc<str> = Arc::from(principal);
-                if kind == REQUEST_KIND && completed_at.is_none() {
-                    let requests: String = row.get(6)?;
-                    self.orphans.push(OrphanedStream {
-                        owner: StreamOwner {
-                            principal: Arc::clone(&principal),
-                            session: session.clone(),
-                        },
-                        stream,
-                        // Written by this module from `RequestId`s: unreadable only if
-                        // someone edited the file, and then there is nobody to name.
-                        requests: serde_json::from_str(&requests).unwrap_or_default(),
-                    });
-                }
-                let usage = &mut self.sessions.entry(session.clone()).or_default().usage;
-                usage.streams += 1;
-                if let Some(at) = completed_at {
-                    completed.push((at, stream, session.clone()));
-                }
-                self.streams.insert(
-                    stream,
-                    StreamState {
-                        session,
-                        principal,
-                        first_seq,
-                        next_seq: first_seq,
-                        events: 0,
-                        bytes: 0,
-                        complete: completed_at.is_some(),
-                    },
-                );
-            }
-        }
-        completed.sort_by_key(|(at, _, _)| *at);
-        for (at, stream, session) in completed {
-            if let Some(state) = self.sessions.get_mut(&session) {
-                state.completed.push_back((at, stream));
-            }
-        }
-        let mut records = FastMap::default();
-        {
-            let mut statement = self
-                .conn
-                .prepare("SELECT id, version, principal, standalone, client FROM sessions")?;
-            let mut rows = statement.query([])?;
-            while let Some(row) = rows.next()? {
-                let parsed = (
-                    SessionId::parse(&row.get::<_, String>(0)?),
-                    ProtocolVersion::parse(&row.get::<_, String>(1)?),
-                    StreamId::parse(&row.get::<_, String>(3)?),
-                );
-                // Written by this module: unreadable only if someone edited the file.
-                let (Ok(id), Ok(version), Ok(standalone)) = parsed else {
-                    continue;
-                };
-                let principal: Arc<str> = Arc::from(row.get::<_, String>(2)?);
-                let client = row
-                    .get::<_, Option<String>>(4)?
-                    .and_then(|text| serde_json::from_str(&text).ok())
-                    .map(Arc::new);
-                records.insert(
-                    id.clone(),
-                    SessionRecord {
-                        id,
-                        version,
-                        principal,
-                        standalone,
-                        client,
-                    },
-                );
-            }
-        }
-        *guard(&self.shared.records) = records;
-        // Chunks in the order they were inserted: each session's events in append order,
-        // up to the order of streams within one commit.
-        let mut statement = self.conn.prepare(
-            "SELECT stream, first_seq, frames, packing, last_seq FROM chunks ORDER BY rowid",
-        )?;
-        let mut rows = statement.query([])?;
-        while let Some(row) = rows.next()? {
-            let Ok(stream) = StreamId::parse(&row.get::<_, String>(0)?) else {
-                continue;
-            };
-            let first = u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0);
-            let Some(state) = self.streams.get_mut(&stream) else {
-                continue;
-            };
-            let stored = row.get_ref(2)?.as_blob()?;
-            let Ok(blob) = chunk::Packing::from_code(row.get(3)?)
-                .and_then(|packing| chunk::unpack(packing, stored))
-            else {
-                // Its seqs stay taken, so the stream's next append does not collide with it;
-                // a read that reaches it fails rather than skipping it.
-                let last = u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0);
-                state.next_seq = state.next_seq.max(last + 1);
-                tracing::error!(%stream, "sqlite store: a stored chunk is malformed; its events are left out");
-                continue;
-            };
-            for (seq, frame) in (first..).zip(chunk::frames(blob)) {
-                let Ok(frame) = frame else {
-                    tracing::error!(%stream, "sqlite store: a stored chunk is malformed; its events after the last whole one are left out");
-                    break;
-                };
-                // The head of a chunk whose first events were evicted.
-                if seq < state.first_seq {
-                    continue;
-                }
-                let len = frame.len();
-                state.next_seq = state.next_seq.max(seq + 1);
-                state.events += 1;
-                state.bytes += len;
-                if let Some(session) = self.sessions.get_mut(&state.session) {
-                    session.usage.events += 1;
-                    session.usage.bytes += len;
-                    session.appended.push_back((stream, seq, len));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn apply(&mut self, command: Command) -> Sql<Answer> {
+    pub(super) fn apply(&mut self, command: Command) -> Sql<Answer> {
         if !matches!(command, Command::Queued(_)) {
             // Every other command may read or remove events: they must be in the table.
             self.insert_pending()?;
@@ -679,466 +549,5 @@ impl Writer {
                 answer(reply, Ok(expired))
             }
         })
-    }
-
-    fn create_stream(
-        &mut self,
-        owner: &StreamOwner,
-        kind: StreamKind,
-        retry: Duration,
-        requests: &str,
-    ) -> Sql<Result<StreamId, StoreError>> {
-        let stream = StreamId::generate();
-        let frame = frame::priming_frame(stream, retry);
-        if frame.len() > self.config.limits.max_bytes_per_session {
-            return Ok(Err(StoreError::EventTooLarge));
-        }
-        self.expire(&owner.session, now_ms())?;
-        loop {
-            let streams = self
-                .sessions
-                .get(&owner.session)
-                .map_or(0, |state| state.usage.streams);
-            if streams < self.config.limits.max_streams_per_session {
-                break;
-            }
-            if !self.evict_oldest_completed(&owner.session)? {
-                return Ok(Err(StoreError::TooManyStreams));
-            }
-        }
-        let kind = match kind {
-            StreamKind::Request => REQUEST_KIND,
-            StreamKind::Standalone => STANDALONE_KIND,
-        };
-        self.conn
-            .prepare_cached(
-                "INSERT INTO streams (stream, principal, session, kind, first_seq, completed_at, requests)
-                 VALUES (?1, ?2, ?3, ?4, 0, NULL, ?5)",
-            )?
-            .execute(params![
-                stream.as_str(),
-                &*owner.principal,
-                owner.session.as_str(),
-                kind,
-                requests
-            ])?;
-        let len = frame.len();
-        self.pending.push((stream, EventId::PRIMING_SEQ, frame));
-        self.streams.insert(
-            stream,
-            StreamState {
-                session: owner.session.clone(),
-                principal: Arc::clone(&owner.principal),
-                first_seq: 0,
-                next_seq: 1,
-                events: 1,
-                bytes: len,
-                complete: false,
-            },
-        );
-        let session = self.sessions.entry(owner.session.clone()).or_default();
-        session.usage.streams += 1;
-        session.usage.events += 1;
-        session.usage.bytes += len;
-        session.appended.push_back((stream, 0, len));
-        self.touched.push(stream);
-        self.evict_to_caps(&owner.session)?;
-        Ok(Ok(stream))
-    }
-
-    fn append(&mut self, stream: StreamId, message: &str) -> Sql<Result<EventId, StoreError>> {
-        let Some(session) = self.streams.get(&stream).map(|state| state.session.clone()) else {
-            return self.gone_for_append(stream);
-        };
-        self.expire(&session, now_ms())?;
-        let Some(state) = self.streams.get(&stream) else {
-            return self.gone_for_append(stream);
-        };
-        if state.complete {
-            return Ok(Err(StoreError::Completed));
-        }
-        let id = EventId::new(stream, state.next_seq);
-        let frame = frame::message_frame(id, message);
-        let len = frame.len();
-        if len > self.config.limits.max_bytes_per_session {
-            return Ok(Err(StoreError::EventTooLarge));
-        }
-        self.add_events(&session, stream, [(id.seq, frame)])?;
-        Ok(Ok(id))
-    }
-
-    /// Stores one lane's pipelined appends (`queued`, taken from it in seq order) and returns
-    /// those stored. The pipeline hands out seqs in order and refuses what this would refuse,
-    /// so frames that do not fit here are dropped: their lane failed earlier (the frames queued
-    /// behind a failed commit), their session was removed, or, were the pipeline wrong, a seq
-    /// is not the next one, which fails the lane after the frames before it. The mirror is
-    /// counted once for the run, not per event: a fast stream hands over thousands at once.
-    fn apply_lane(&mut self, lane: &Lane, mut queued: Vec<Queued>) -> Sql<Vec<Queued>> {
-        let Some(first) = queued.first() else {
-            return Ok(queued);
-        };
-        let stream = first.id.stream;
-        let next_seq = match self.streams.get(&stream) {
-            Some(state) if !state.complete && lane.failure().is_none() => state.next_seq,
-            _ => return Ok(Vec::new()),
-        };
-        let in_order = queued
-            .iter()
-            .zip(next_seq..)
-            .take_while(|(append, seq)| append.id.seq == *seq)
-            .count();
-        if in_order < queued.len() {
-            let got = queued[in_order].id.seq;
-            let expected = next_seq + in_order as u64;
-            tracing::error!(%stream, expected, got, "sqlite store: pipelined append out of order");
-            lane.fail(&unavailable_because(
-                "a pipelined append arrived out of order",
-            ));
-            queued.truncate(in_order);
-        }
-        if queued.is_empty() {
-            return Ok(queued);
-        }
-        let session = lane.session();
-        self.expire(session, self.batch_started)?;
-        self.add_events(
-            session,
-            stream,
-            queued
-                .iter()
-                .map(|append| (append.id.seq, append.frame.clone())),
-        )?;
-        Ok(queued)
-    }
-
-    /// Inserts the events accounted for so far: each stream's consecutive events as few
-    /// chunks as [`chunk::MAX_EVENTS`] and [`chunk::MAX_BYTES`] allow.
-    fn insert_pending(&mut self) -> Sql<()> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let mut pending = std::mem::take(&mut self.pending);
-        let cuts = chunk::cut(&mut pending, |(stream, seq, frame)| {
-            (*stream, *seq, frame.len())
-        });
-        let mut statement = self.conn.prepare_cached(
-            "INSERT INTO chunks (stream, first_seq, last_seq, frames, packing)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        let mut encoded = std::mem::take(&mut self.chunk);
-        let mut packed = std::mem::take(&mut self.packed);
-        for cut in cuts {
-            encoded.clear();
-            for (_, _, frame) in &pending[cut.range.clone()] {
-                chunk::push(&mut encoded, frame);
-            }
-            let (packing, stored) = chunk::pack(&encoded, &mut packed);
-            statement.execute(params![
-                cut.stream.as_str(),
-                i64::try_from(cut.first).unwrap_or(i64::MAX),
-                i64::try_from(cut.last()).unwrap_or(i64::MAX),
-                stored,
-                packing.code(),
-            ])?;
-        }
-        // The buffers are kept for the next commit; one very large frame does not pin memory.
-        if encoded.capacity() <= 2 * chunk::MAX_BYTES {
-            self.chunk = encoded;
-        }
-        if packed.capacity() <= 2 * chunk::MAX_BYTES {
-            self.packed = packed;
-        }
-        Ok(())
-    }
-
-    /// Adds the next events of `stream`, a stream of `session` (seq and frame, in seq order):
-    /// their rows to the pending inserts, their counts to the mirror; then evicts to the caps.
-    fn add_events(
-        &mut self,
-        session: &SessionId,
-        stream: StreamId,
-        frames: impl IntoIterator<Item = (u64, Bytes)>,
-    ) -> Sql<()> {
-        if !self.sessions.contains_key(session) {
-            self.sessions
-                .insert(session.clone(), SessionState::default());
-        }
-        let (mut events, mut bytes) = (0, 0);
-        if let Some(state) = self.sessions.get_mut(session) {
-            for (seq, frame) in frames {
-                events += 1;
-                bytes += frame.len();
-                state.appended.push_back((stream, seq, frame.len()));
-                self.pending.push((stream, seq, frame));
-            }
-            state.usage.events += events;
-            state.usage.bytes += bytes;
-        }
-        if let Some(state) = self.streams.get_mut(&stream) {
-            state.next_seq += events as u64;
-            state.events += events;
-            state.bytes += bytes;
-        }
-        // One wake-up per stream and batch run, not per event.
-        if self.touched.last() != Some(&stream) {
-            self.touched.push(stream);
-        }
-        self.evict_to_caps(session)
-    }
-
-    fn gone_for_append(&self, stream: StreamId) -> Sql<Result<EventId, StoreError>> {
-        Ok(Err(if self.tombstoned(stream)? {
-            StoreError::Completed
-        } else {
-            StoreError::UnknownStream
-        }))
-    }
-
-    fn complete(&mut self, stream: StreamId) -> Sql<Result<(), StoreError>> {
-        let now = now_ms();
-        let Some(state) = self.streams.get_mut(&stream) else {
-            return Ok(if self.tombstoned(stream)? {
-                Ok(())
-            } else {
-                Err(StoreError::UnknownStream)
-            });
-        };
-        // Idempotent: completing twice must not restart retention.
-        if !state.complete {
-            state.complete = true;
-            let session = state.session.clone();
-            self.conn
-                .prepare_cached("UPDATE streams SET completed_at = ?2 WHERE stream = ?1")?
-                .execute(params![stream.as_str(), now])?;
-            self.sessions
-                .entry(session)
-                .or_default()
-                .completed
-                .push_back((now, stream));
-            self.touched.push(stream);
-        }
-        Ok(Ok(()))
-    }
-
-    /// Whether a stream missing from the mirror was removed after completion (a tombstone),
-    /// rather than never known.
-    fn tombstoned(&self, stream: StreamId) -> Sql<bool> {
-        self.conn
-            .prepare_cached("SELECT 1 FROM tombstones WHERE stream = ?1")?
-            .exists([stream.as_str()])
-    }
-
-    fn remove_session(&mut self, session: &SessionId) -> Sql<()> {
-        self.conn
-            .prepare_cached(
-                "DELETE FROM chunks WHERE stream IN (SELECT stream FROM streams WHERE session = ?1)",
-            )?
-            .execute([session.as_str()])?;
-        self.conn
-            .prepare_cached("DELETE FROM streams WHERE session = ?1")?
-            .execute([session.as_str()])?;
-        self.conn
-            .prepare_cached("DELETE FROM tombstones WHERE session = ?1")?
-            .execute([session.as_str()])?;
-        if self.sessions.remove(session).is_some() {
-            let gone: Vec<StreamId> = self
-                .streams
-                .iter()
-                .filter(|(_, state)| state.session == *session)
-                .map(|(stream, _)| *stream)
-                .collect();
-            for stream in gone {
-                self.streams.remove(&stream);
-                self.touched.push(stream);
-            }
-        }
-        Ok(())
-    }
-
-    /// Removes `session`'s completed streams past retention at `now`.
-    fn expire(&mut self, session: &SessionId, now: i64) -> Sql<()> {
-        let retention = ms(self.config.limits.retention);
-        loop {
-            let Some(state) = self.sessions.get_mut(session) else {
-                return Ok(());
-            };
-            let Some(&(at, stream)) = state.completed.front() else {
-                return Ok(());
-            };
-            if now.saturating_sub(at) < retention {
-                return Ok(());
-            }
-            state.completed.pop_front();
-            self.remove_stream(stream)?;
-        }
-    }
-
-    fn evict_oldest_completed(&mut self, session: &SessionId) -> Sql<bool> {
-        let Some(stream) = self
-            .sessions
-            .get_mut(session)
-            .and_then(|state| state.completed.pop_front())
-            .map(|(_, stream)| stream)
-        else {
-            return Ok(false);
-        };
-        self.remove_stream(stream)?;
-        Ok(true)
-    }
-
-    fn evict_to_caps(&mut self, session: &SessionId) -> Sql<()> {
-        loop {
-            let Some(state) = self.sessions.get(session) else {
-                return Ok(());
-            };
-            if state.usage.events <= self.config.limits.max_events_per_session
-                && state.usage.bytes <= self.config.limits.max_bytes_per_session
-            {
-                return Ok(());
-            }
-            // Eviction deletes rows: the pending ones must be there to be deleted.
-            self.insert_pending()?;
-            if !self.evict_oldest_completed(session)? && !self.evict_oldest_live_event(session)? {
-                return Ok(());
-            }
-        }
-    }
-
-    fn evict_oldest_live_event(&mut self, session: &SessionId) -> Sql<bool> {
-        loop {
-            let Some(entry) = self
-                .sessions
-                .get_mut(session)
-                .and_then(|state| state.appended.pop_front())
-            else {
-                return Ok(false);
-            };
-            let (stream, seq, len) = entry;
-            let Some(state) = self.streams.get_mut(&stream) else {
-                continue;
-            };
-            if seq != state.first_seq || state.events == 0 {
-                continue;
-            }
-            state.first_seq += 1;
-            state.events -= 1;
-            state.bytes -= len;
-            let first_seq = i64::try_from(state.first_seq).unwrap_or(i64::MAX);
-            // A chunk goes once its last event does; a reader skips the evicted head of the
-            // chunk that remains.
-            self.conn
-                .prepare_cached("DELETE FROM chunks WHERE stream = ?1 AND last_seq < ?2")?
-                .execute(params![stream.as_str(), first_seq])?;
-            self.conn
-                .prepare_cached("UPDATE streams SET first_seq = ?2 WHERE stream = ?1")?
-                .execute(params![stream.as_str(), first_seq])?;
-            if let Some(state) = self.sessions.get_mut(session) {
-                state.usage.events -= 1;
-                state.usage.bytes -= len;
-            }
-            // Its new first seq is published: tail reads before it must stop.
-            if self.touched.last() != Some(&stream) {
-                self.touched.push(stream);
-            }
-            self.compact(session);
-            return Ok(true);
-        }
-    }
-
-    /// Drops stale `appended` entries once they outnumber the live ones.
-    fn compact(&mut self, session: &SessionId) {
-        let Some(state) = self.sessions.get_mut(session) else {
-            return;
-        };
-        if state.appended.len() <= 2 * state.usage.events + 64 {
-            return;
-        }
-        let streams = &self.streams;
-        state
-            .appended
-            .retain(|(stream, seq, _)| streams.get(stream).is_some_and(|s| *seq >= s.first_seq));
-    }
-
-    /// Removes a whole stream (expired or evicted), leaving a tombstone.
-    fn remove_stream(&mut self, stream: StreamId) -> Sql<()> {
-        let Some(state) = self.streams.remove(&stream) else {
-            return Ok(());
-        };
-        self.conn
-            .prepare_cached("DELETE FROM chunks WHERE stream = ?1")?
-            .execute([stream.as_str()])?;
-        self.conn
-            .prepare_cached("DELETE FROM streams WHERE stream = ?1")?
-            .execute([stream.as_str()])?;
-        if self.config.limits.max_tombstones > 0 {
-            self.conn
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO tombstones (stream, principal, session) VALUES (?1, ?2, ?3)",
-                )?
-                .execute(params![
-                    stream.as_str(),
-                    &*state.principal,
-                    state.session.as_str()
-                ])?;
-            let max = i64::try_from(self.config.limits.max_tombstones).unwrap_or(i64::MAX);
-            self.conn
-                .prepare_cached(
-                    "DELETE FROM tombstones WHERE rowid <= (SELECT MAX(rowid) FROM tombstones) - ?1",
-                )?
-                .execute([max])?;
-        }
-        if let Some(session) = self.sessions.get_mut(&state.session) {
-            session.usage.streams -= 1;
-            session.usage.events -= state.events;
-            session.usage.bytes -= state.bytes;
-        }
-        self.compact(&state.session);
-        self.touched.push(stream);
-        Ok(())
-    }
-
-    /// Frees up to [`VACUUM_PAGES`] pages, stepping the pragma to its end (it may free a page
-    /// per step).
-    fn incremental_vacuum(&self) -> Sql<()> {
-        let mut statement = self
-            .conn
-            .prepare_cached(&format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"))?;
-        let mut rows = statement.query([])?;
-        while rows.next()?.is_some() {}
-        Ok(())
-    }
-
-    /// Deletes up to [`SWEEP_LIMIT`] completed streams past retention, in one transaction.
-    fn sweep(&mut self) {
-        let now = now_ms();
-        let retention = ms(self.config.limits.retention);
-        let mut due: Vec<(i64, SessionId)> = self
-            .sessions
-            .iter()
-            .filter_map(|(session, state)| {
-                let &(at, _) = state.completed.front()?;
-                (now.saturating_sub(at) >= retention).then(|| (at, session.clone()))
-            })
-            .collect();
-        if due.is_empty() {
-            return;
-        }
-        due.sort_by_key(|(at, _)| *at);
-        due.truncate(SWEEP_LIMIT);
-        let result = self.transaction(|writer| {
-            for (_, session) in &due {
-                writer.expire(session, now)?;
-            }
-            Ok(())
-        });
-        if let Err(error) = result {
-            tracing::warn!(%error, "sqlite store: retention sweep failed");
-            return;
-        }
-        // Compaction: hand a bounded number of freed pages back to the file system, so the
-        // file shrinks after a burst without a blocking full VACUUM.
-        if let Err(error) = self.incremental_vacuum() {
-            tracing::warn!(%error, "sqlite store: incremental vacuum failed");
-        }
     }
 }
