@@ -148,6 +148,49 @@ def target(path: str, module: str, nested: int, modules: set, crate_prefix: list
     return rest[0] if rest[0] in modules else "mod"
 
 
+def folder_edges(folder: str, path: str, modules: set, crate_prefix: list) -> set:
+    """What a child folder (`x/mod.rs` and the files under it) imports from its siblings: a
+    `crate::` path through this folder, or as many `super`s as lead out of the child."""
+    out = set()
+    for here, _, names in os.walk(path):
+        below = os.path.relpath(here, path)
+        depth = 0 if below == "." else below.count(os.sep) + 1
+        for name in names:
+            if not name.endswith(".rs"):
+                continue
+            with open(os.path.join(here, name), encoding="utf-8") as f:
+                stripped = strip(f.read())
+            file_depth = depth + (0 if name == "mod.rs" else 1)
+            paths, spans = [], []
+            for m in USE.finditer(stripped):
+                spans.append((m.start(), m.end()))
+                paths += [(p, m.start()) for p in expand_use(m.group(1))]
+            paths += [
+                (m.group(1), m.start())
+                for m in PATH.finditer(stripped)
+                if not any(a <= m.start() < b for a, b in spans)
+            ]
+            for p, at in paths:
+                segs = [s for s in re.sub(r"\s+", "", p).split("::") if s]
+                if not segs:
+                    continue
+                if segs[0] == "crate":
+                    if segs[1 : 1 + len(crate_prefix)] != crate_prefix:
+                        continue
+                    rest = segs[1 + len(crate_prefix) :]
+                else:
+                    supers = 0
+                    while supers < len(segs) and segs[supers] == "super":
+                        supers += 1
+                    if supers - depth_at(stripped, at) != file_depth + 1:
+                        continue
+                    rest = segs[supers:]
+                t = rest[0] if rest and rest[0] in modules else "mod"
+                if t != folder:
+                    out.add(t)
+    return out
+
+
 def self_test() -> None:
     """The checker finds the cycles it must and no edge where there is none."""
     import subprocess
@@ -163,10 +206,17 @@ def self_test() -> None:
                    "b": "// use super::a::X;\nconst S: &str = \"super::a::X\";\n"}, 0),
         # A submodule naming an item of mod.rs imports mod.rs, which imports it back.
         "upward": ({"mod": "mod a;\npub use a::X;\n", "a": "use super::Config;\n"}, 1),
+        # A child folder is one module: its files' paths out of it are its edges.
+        "folder": ({"mod": "mod a;\nmod d;\n", "a": "use super::d::X;\n",
+                    "d/mod": "mod e;\n", "d/e": "fn f() { super::super::a::g(); }\n"}, 1),
+        "folder-clean": ({"mod": "mod a;\nmod d;\n", "a": "use super::d::X;\n",
+                          "d/mod": "mod e;\nuse super::b::Y;\n", "d/e": "use super::X;\n",
+                          "b": "\n"}, 0),
     }
     for name, (files, expected) in cases.items():
         with tempfile.TemporaryDirectory() as root:
             for module, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(root, module + ".rs")), exist_ok=True)
                 with open(os.path.join(root, module + ".rs"), "w", encoding="utf-8") as f:
                     f.write(text)
             run = subprocess.run([sys.executable, __file__, root], capture_output=True)
@@ -191,9 +241,16 @@ def check(root: str, show: bool) -> int:
     files = {}
     for name in sorted(os.listdir(root)):
         if name.endswith(".rs"):
-            files[name[:-3]] = os.path.join(root, name)
-    modules = set(files) - {"mod"}
-    edges = {m: set() for m in files}
+            # A crate's root (lib.rs) is its folder's mod.rs.
+            files["mod" if name == "lib.rs" else name[:-3]] = os.path.join(root, name)
+    folders = {}
+    for name in sorted(os.listdir(root)):
+        if os.path.isfile(os.path.join(root, name, "mod.rs")):
+            folders[name] = os.path.join(root, name)
+    modules = (set(files) - {"mod"}) | set(folders)
+    edges = {m: set() for m in list(files) + list(folders)}
+    for folder, path in folders.items():
+        edges[folder] = folder_edges(folder, path, modules, crate_prefix)
     for module, path in files.items():
         with open(path, encoding="utf-8") as f:
             stripped = strip(f.read())

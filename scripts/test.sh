@@ -46,7 +46,8 @@ stage setup      scripts/setup.sh
 stage fmt        cargo fmt --all -- --check
 stage deps       scripts/check-deps.sh
 stage docs       scripts/check-docs.sh
-stage modules    python3 scripts/check-module-graph.py --self-test crates/tether/src/server crates/tether/src/client/oauth
+stage modules    bash -c 'python3 scripts/check-module-graph.py --self-test $(find crates/tether/src -type d)'
+stage features   scripts/check-features.sh
 stage clippy     cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 stage doc        env RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --all-features --no-deps
 # The fuzz targets live outside the workspace (cargo-fuzz needs nightly features, unlocked
