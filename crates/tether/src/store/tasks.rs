@@ -349,13 +349,30 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The task, if it exists, is `principal`'s and has not expired.
     async fn get(&self, id: &TaskId, principal: &str) -> Result<Option<TaskRecord>, StoreError>;
 
+    /// One atomic read-modify-write of task `id` (of `principal`, when given): `update`
+    /// changes the record and says whether it did, and a changed record is stored. The record
+    /// as it stands after, or `None` when there is no such live task. `update` may run more
+    /// than once (a shared store retries a compare-and-set), so it depends on the record alone.
+    /// What the changes are is written once, in the provided methods below.
+    async fn update(
+        &self,
+        id: &TaskId,
+        principal: Option<&str>,
+        update: &(dyn for<'r> Fn(&'r mut TaskRecord) -> bool + Send + Sync),
+    ) -> Result<Option<TaskRecord>, StoreError>;
+
     /// The running node's change ([`apply_change`]); the record as it stands after it, or
     /// `None` when the task is gone.
     async fn change(
         &self,
         id: &TaskId,
         change: TaskChange,
-    ) -> Result<Option<TaskRecord>, StoreError>;
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        self.update(id, None, &|record| {
+            apply_change(record, change.clone(), now_ms())
+        })
+        .await
+    }
 
     /// A client's answers ([`apply_answers`]); `false` when there is no such task for
     /// `principal`.
@@ -364,11 +381,25 @@ pub trait TaskStore: Send + Sync + 'static {
         id: &TaskId,
         principal: &str,
         responses: Map<String, Value>,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, StoreError> {
+        let answered = self
+            .update(id, Some(principal), &|record| {
+                apply_answers(record, responses.clone(), now_ms())
+            })
+            .await?;
+        Ok(answered.is_some())
+    }
 
     /// A client's cancellation ([`apply_cancel`]); `false` when there is no such task for
     /// `principal` (a terminal task is still found: cancelling it changes nothing).
-    async fn cancel(&self, id: &TaskId, principal: &str) -> Result<bool, StoreError>;
+    async fn cancel(&self, id: &TaskId, principal: &str) -> Result<bool, StoreError> {
+        let found = self
+            .update(id, Some(principal), &|record| {
+                apply_cancel(record, now_ms())
+            })
+            .await?;
+        Ok(found.is_some())
+    }
 
     /// Completes once the task's version is past `after`, or it is gone.
     async fn wait_for_change(&self, id: &TaskId, after: u64) -> Result<(), StoreError>;
@@ -511,38 +542,16 @@ impl TaskStore for MemoryTaskStore {
         Ok(self.tasks.live(id, Some(principal)))
     }
 
-    async fn change(
+    async fn update(
         &self,
         id: &TaskId,
-        change: TaskChange,
+        principal: Option<&str>,
+        update: &(dyn for<'r> Fn(&'r mut TaskRecord) -> bool + Send + Sync),
     ) -> Result<Option<TaskRecord>, StoreError> {
-        Ok(self.tasks.modify(id, None, |record| {
-            apply_change(record, change, now_ms());
+        Ok(self.tasks.modify(id, principal, |record| {
+            update(record);
             record.clone()
         }))
-    }
-
-    async fn answer(
-        &self,
-        id: &TaskId,
-        principal: &str,
-        responses: Map<String, Value>,
-    ) -> Result<bool, StoreError> {
-        Ok(self
-            .tasks
-            .modify(id, Some(principal), |record| {
-                apply_answers(record, responses, now_ms());
-            })
-            .is_some())
-    }
-
-    async fn cancel(&self, id: &TaskId, principal: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .tasks
-            .modify(id, Some(principal), |record| {
-                apply_cancel(record, now_ms());
-            })
-            .is_some())
     }
 
     async fn wait_for_change(&self, id: &TaskId, after: u64) -> Result<(), StoreError> {

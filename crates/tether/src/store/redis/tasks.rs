@@ -20,17 +20,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Map, Value};
 use tether_proto::ids::TaskId;
 
 use super::backend::Inner;
 use super::reply::{unavailable, unavailable_because};
 use crate::lock as guard;
 use crate::store::error::StoreError;
-use crate::store::tasks::{
-    TaskChange, TaskRecord, TaskStore, apply_answers, apply_cancel, apply_change, apply_restarted,
-    now_ms,
-};
+use crate::store::tasks::{TaskRecord, TaskStore, apply_restarted, now_ms};
 
 /// Writes `ARGV[2]` (version) and `ARGV[3]` (record) into the hash `KEYS[1]` if its version is
 /// `ARGV[1]` (`"0"`: the hash must not exist), with expiry `ARGV[4]` ms since the epoch (`"0"`:
@@ -122,31 +118,6 @@ impl RedisTaskStore {
         }
         Ok(written == 1)
     }
-
-    /// Read-modify-write of task `id` (of `principal`, when given), retried while other nodes
-    /// change it meanwhile.
-    async fn modify(
-        &self,
-        id: &TaskId,
-        principal: Option<&str>,
-        f: impl Fn(&mut TaskRecord) -> bool,
-    ) -> Result<Option<TaskRecord>, StoreError> {
-        for _ in 0..MAX_ATTEMPTS {
-            let Some(mut record) = self.read(id).await? else {
-                return Ok(None);
-            };
-            if principal.is_some_and(|p| *record.principal != *p) {
-                return Ok(None);
-            }
-            let expected = record.version;
-            if !f(&mut record) || self.write(&record, expected).await? {
-                return Ok(Some(record));
-            }
-        }
-        Err(unavailable_because(
-            "a task kept changing under a compare-and-set",
-        ))
-    }
 }
 
 #[async_trait]
@@ -181,36 +152,28 @@ impl TaskStore for RedisTaskStore {
             .filter(|record| *record.principal == *principal))
     }
 
-    async fn change(
+    /// Retried while other nodes change the task meanwhile (a compare-and-set on its version).
+    async fn update(
         &self,
         id: &TaskId,
-        change: TaskChange,
+        principal: Option<&str>,
+        update: &(dyn for<'r> Fn(&'r mut TaskRecord) -> bool + Send + Sync),
     ) -> Result<Option<TaskRecord>, StoreError> {
-        self.modify(id, None, |record| {
-            apply_change(record, change.clone(), now_ms())
-        })
-        .await
-    }
-
-    async fn answer(
-        &self,
-        id: &TaskId,
-        principal: &str,
-        responses: Map<String, Value>,
-    ) -> Result<bool, StoreError> {
-        Ok(self
-            .modify(id, Some(principal), |record| {
-                apply_answers(record, responses.clone(), now_ms())
-            })
-            .await?
-            .is_some())
-    }
-
-    async fn cancel(&self, id: &TaskId, principal: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .modify(id, Some(principal), |record| apply_cancel(record, now_ms()))
-            .await?
-            .is_some())
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(mut record) = self.read(id).await? else {
+                return Ok(None);
+            };
+            if principal.is_some_and(|p| *record.principal != *p) {
+                return Ok(None);
+            }
+            let expected = record.version;
+            if !update(&mut record) || self.write(&record, expected).await? {
+                return Ok(Some(record));
+            }
+        }
+        Err(unavailable_because(
+            "a task kept changing under a compare-and-set",
+        ))
     }
 
     async fn wait_for_change(&self, id: &TaskId, after: u64) -> Result<(), StoreError> {
@@ -301,7 +264,7 @@ impl RedisTaskStore {
         for id in ids {
             // Whether this call, not another claimer, ended it.
             let ended = AtomicBool::new(false);
-            self.modify(id, None, |record| {
+            self.update(id, None, &|record| {
                 let changed = apply_restarted(record, now_ms());
                 ended.store(changed, Ordering::Relaxed);
                 changed

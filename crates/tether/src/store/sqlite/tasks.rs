@@ -14,17 +14,13 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rusqlite::params;
-use serde_json::{Map, Value};
 use tether_proto::ids::TaskId;
 
 use super::backend::Inner;
 use super::writer::Command;
 use crate::lock as guard;
 use crate::store::error::{StoreError, StoreFailure};
-use crate::store::tasks::{
-    TaskChange, TaskMap, TaskRecord, TaskStore, apply_answers, apply_cancel, apply_change,
-    apply_restarted, now_ms,
-};
+use crate::store::tasks::{TaskMap, TaskRecord, TaskStore, apply_restarted, now_ms};
 
 /// The SQLite [`TaskStore`]. Made by
 /// [`SqliteSessionStore::task_store`](super::SqliteSessionStore::task_store).
@@ -117,23 +113,6 @@ impl SqliteTaskStore {
         self.tasks.remove(&removed);
         Ok(())
     }
-
-    /// Read-modify-write of task `id`: `f` changes a copy; a changed copy is committed.
-    async fn modify(
-        &self,
-        id: &TaskId,
-        principal: Option<&str>,
-        f: impl FnOnce(&mut TaskRecord) -> bool,
-    ) -> Result<Option<TaskRecord>, StoreError> {
-        let _writing = self.writing.lock().await;
-        let Some(mut record) = self.tasks.live(id, principal) else {
-            return Ok(None);
-        };
-        if f(&mut record) {
-            self.commit(vec![record.clone()], Vec::new()).await?;
-        }
-        Ok(Some(record))
-    }
 }
 
 #[async_trait]
@@ -148,34 +127,21 @@ impl TaskStore for SqliteTaskStore {
         Ok(self.tasks.live(id, Some(principal)))
     }
 
-    async fn change(
+    /// Changes a copy; a changed copy is committed before the answer.
+    async fn update(
         &self,
         id: &TaskId,
-        change: TaskChange,
+        principal: Option<&str>,
+        update: &(dyn for<'r> Fn(&'r mut TaskRecord) -> bool + Send + Sync),
     ) -> Result<Option<TaskRecord>, StoreError> {
-        self.modify(id, None, |record| apply_change(record, change, now_ms()))
-            .await
-    }
-
-    async fn answer(
-        &self,
-        id: &TaskId,
-        principal: &str,
-        responses: Map<String, Value>,
-    ) -> Result<bool, StoreError> {
-        Ok(self
-            .modify(id, Some(principal), |record| {
-                apply_answers(record, responses, now_ms())
-            })
-            .await?
-            .is_some())
-    }
-
-    async fn cancel(&self, id: &TaskId, principal: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .modify(id, Some(principal), |record| apply_cancel(record, now_ms()))
-            .await?
-            .is_some())
+        let _writing = self.writing.lock().await;
+        let Some(mut record) = self.tasks.live(id, principal) else {
+            return Ok(None);
+        };
+        if update(&mut record) {
+            self.commit(vec![record.clone()], Vec::new()).await?;
+        }
+        Ok(Some(record))
     }
 
     async fn wait_for_change(&self, id: &TaskId, after: u64) -> Result<(), StoreError> {
