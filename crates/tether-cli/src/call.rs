@@ -335,7 +335,7 @@ async fn drive(
             code.get_or_insert(ExitCode::SUCCESS);
         }
     }
-    code.ok_or_else(|| Error::Protocol("the stream ended without a response".to_owned()))
+    code.ok_or(Error::NoResponse)
 }
 
 /// The stderr line for an error answer: its code, message and `data.reason`.
@@ -433,7 +433,7 @@ async fn report_reconnects(mut events: tether::client::ClientEvents, bar: Option
 
 /// Prints why the call failed and picks its exit code.
 fn failed(error: &Error, bar: Option<&ProgressBar>) -> ExitCode {
-    let line = format!("tether: call failed: {error}");
+    let line = format!("tether: call failed: {}", tether::error_chain(error));
     match bar {
         Some(bar) => bar.suspend(|| eprintln!("{line}")),
         None => eprintln!("{line}"),

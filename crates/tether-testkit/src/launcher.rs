@@ -257,7 +257,7 @@ impl ServerSpec {
 #[non_exhaustive]
 pub enum LaunchError {
     /// The program could not be executed at all.
-    #[error("cannot run {program}: {source}")]
+    #[error("cannot run {program}")]
     Spawn {
         /// The program's file name.
         program: String,
@@ -301,7 +301,7 @@ pub enum LaunchError {
         got: String,
     },
     /// Waiting for or signalling the child failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What was being done.
         what: &'static str,

@@ -53,7 +53,7 @@ pub enum RedisError {
     #[error("redis-server is not on PATH; run scripts/setup.sh to install it")]
     NotInstalled,
     /// `redis-server` could not be executed for another reason.
-    #[error("cannot run redis-server: {0}")]
+    #[error("cannot run redis-server")]
     Spawn(#[source] io::Error),
     /// The server exited before it answered PING.
     #[error("redis-server exited ({status}) before answering PING; last output:\n{tail}")]
@@ -72,7 +72,7 @@ pub enum RedisError {
         tail: String,
     },
     /// Finding a port, waiting for or signalling the process failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What was being done.
         what: &'static str,

@@ -131,7 +131,7 @@ impl Bridge {
                 Ok(false) => break,
                 Ok(true) => {}
                 Err(error) => {
-                    tracing::error!(%error, "reading the local client's input failed");
+                    tracing::error!(error = %crate::error_chain(&error), "reading the local client's input failed");
                     break;
                 }
             }
@@ -141,7 +141,7 @@ impl Bridge {
             match message {
                 Ok(message) => self.handle(message).await,
                 Err(error) => {
-                    tracing::warn!(%error, "an input line is not JSON-RPC");
+                    tracing::warn!(error = %crate::error_chain(&error), "an input line is not JSON-RPC");
                     self.emit(Message::Response(error.error_response())).await;
                 }
             }
@@ -190,7 +190,7 @@ impl Bridge {
             Message::Response(response) => match &self.client {
                 Some(client) => {
                     if let Err(error) = client.respond(response).await {
-                        tracing::warn!(%error, "an answer to the server could not be sent");
+                        tracing::warn!(error = %crate::error_chain(&error), "an answer to the server could not be sent");
                     }
                 }
                 None => tracing::warn!("an answer before initialize dropped"),
@@ -237,10 +237,14 @@ impl Bridge {
                     .await;
             }
             Err(error) => {
-                tracing::error!(%error, url = %self.url, "cannot connect");
+                tracing::error!(error = %crate::error_chain(&error), url = %self.url, "cannot connect");
                 let error = ErrorObject::new(
                     INTERNAL_ERROR,
-                    format!("tether: cannot reach {}: {error}", self.url),
+                    format!(
+                        "tether: cannot reach {}: {}",
+                        self.url,
+                        crate::error_chain(&error)
+                    ),
                 );
                 self.emit(Message::Response(Response::error(Some(request.id), error)))
                     .await;
@@ -268,7 +272,7 @@ impl Bridge {
             }
         }
         if let Err(error) = client.notify(&notification.method, params).await {
-            tracing::warn!(%error, method = %notification.method, "a notification could not be sent");
+            tracing::warn!(error = %crate::error_chain(&error), method = %notification.method, "a notification could not be sent");
         }
     }
 }
@@ -298,10 +302,7 @@ async fn relay(
         // The local client cancelled it: a cancelled request gets no answer.
         Err(Error::Cancelled) => return,
         Ok(Some(response)) => Message::Response(with_id(response, local)),
-        Ok(None) => failure(
-            local,
-            &Error::Protocol("the stream ended without a response".to_owned()),
-        ),
+        Ok(None) => failure(local, &Error::NoResponse),
         Err(error) => failure(local, &error),
     };
     let _ = out.send(message).await;
@@ -348,7 +349,7 @@ async fn relay_standalone(client: Client, out: mpsc::Sender<Message>) {
                 }
             }
             Err(error) => {
-                tracing::debug!(%error, "standalone stream ended");
+                tracing::debug!(error = %crate::error_chain(&error), "standalone stream ended");
                 return;
             }
         }
@@ -392,8 +393,11 @@ fn failure(id: RequestId, error: &Error) -> Message {
         Error::Auth(_) => "authorization",
         _ => "transport",
     };
-    let error = ErrorObject::new(INTERNAL_ERROR, format!("tether: {error}"))
-        .with_data(json!({"reason": reason}));
+    let error = ErrorObject::new(
+        INTERNAL_ERROR,
+        format!("tether: {}", crate::error_chain(&error)),
+    )
+    .with_data(json!({"reason": reason}));
     Message::Response(Response::error(Some(id), error))
 }
 

@@ -75,3 +75,23 @@ pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// `error` and its causes on one line (`a: b: c`), for logs and messages a person reads. Every
+/// error of this crate says only what went wrong at its own level and keeps the cause as its
+/// [`source`](std::error::Error::source) (docs/CONTRIBUTING.md#errors), so printing one
+/// alone would drop the why.
+pub fn error_chain(error: &dyn std::error::Error) -> impl std::fmt::Display + '_ {
+    struct Chain<'a>(&'a dyn std::error::Error);
+    impl std::fmt::Display for Chain<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}", self.0)?;
+            let mut cause = self.0.source();
+            while let Some(error) = cause {
+                write!(f, ": {error}")?;
+                cause = error.source();
+            }
+            Ok(())
+        }
+    }
+    Chain(error)
+}

@@ -103,10 +103,12 @@ where
             match service.serve(transport).await {
                 Ok(running) => {
                     if let Err(error) = running.waiting().await {
-                        tracing::warn!(%error, "the rmcp service stopped with an error");
+                        tracing::warn!(error = %crate::error_chain(&error), "the rmcp service stopped with an error");
                     }
                 }
-                Err(error) => tracing::warn!(%error, "the rmcp service did not start"),
+                Err(error) => {
+                    tracing::warn!(error = %crate::error_chain(&error), "the rmcp service did not start")
+                }
             }
         })
     }
@@ -154,7 +156,7 @@ impl ::rmcp::transport::Transport<::rmcp::RoleServer> for PipeTransport {
                 // rmcp's own transports answer what they cannot read with -32600; so does
                 // this one, so the client's request is answered rather than left waiting.
                 Err(error) => {
-                    tracing::debug!(%error, "a message the rmcp service cannot read");
+                    tracing::debug!(error = %crate::error_chain(&error), "a message the rmcp service cannot read");
                     if let Message::Request(request) = message {
                         let refused = Response::error(
                             Some(request.id),

@@ -16,7 +16,7 @@ pub enum LineError {
     #[error("a line longer than {0} bytes")]
     TooLong(usize),
     /// Reading failed.
-    #[error("reading failed: {0}")]
+    #[error("reading failed")]
     Io(#[from] std::io::Error),
 }
 

@@ -118,7 +118,7 @@ pub(super) async fn client_call(
 ) -> Outcome {
     let mut stream = match client.call_tool("count", call.arguments()).await {
         Ok(stream) => stream,
-        Err(error) => return Outcome::BeforeStream(format!("{error:#}")),
+        Err(error) => return Outcome::BeforeStream(tether::error_chain(&error).to_string()),
     };
     while let Some(item) = stream.next().await {
         if task.is_none() {
@@ -166,7 +166,7 @@ fn client_outcome(
 }
 
 fn client_error(error: ClientError, tracker: &Tracker) -> Outcome {
-    let text = format!("{error:#} ({error:?})");
+    let text = format!("{} ({error:?})", tether::error_chain(&error));
     match error {
         // The session died with its node; the client has already made a new one.
         ClientError::SessionExpired => Outcome::ServerRestarted,
@@ -177,7 +177,7 @@ fn client_error(error: ClientError, tracker: &Tracker) -> Outcome {
         ClientError::UnknownTask { task_id } => {
             Outcome::Untyped(format!("the server forgot task {task_id}"))
         }
-        ClientError::Protocol(_) => Outcome::Untyped(text),
+        ClientError::Protocol(_) | ClientError::NoResponse => Outcome::Untyped(text),
         _ => Outcome::Typed(text),
     }
 }

@@ -114,8 +114,12 @@ async fn task_status(client: &Client, task: &str) -> Result<Option<String>, Stri
     let stream = client
         .request("tasks/get", Some(json!({"taskId": task})))
         .await
-        .map_err(|e| format!("{e:#}"))?;
-    match stream.response().await.map_err(|e| format!("{e:#}"))? {
+        .map_err(|e| tether::error_chain(&e).to_string())?;
+    match stream
+        .response()
+        .await
+        .map_err(|e| tether::error_chain(&e).to_string())?
+    {
         Response::Result(result) => Ok(result.result["status"].as_str().map(str::to_owned)),
         Response::Error(error) => Err(format!(
             "tasks/get answered {} {}",

@@ -129,7 +129,7 @@ impl ToolCall {
     ///
     /// # Errors
     ///
-    /// The stream's error, or [`Error::Protocol`] if it ended without a response.
+    /// The stream's error, or [`Error::NoResponse`] if it ended without one.
     pub async fn response(mut self) -> Result<Response, Error> {
         let mut last = None;
         while let Some(item) = self.next().await {
@@ -137,7 +137,7 @@ impl ToolCall {
                 last = Some(response);
             }
         }
-        last.ok_or_else(|| Error::Protocol("stream ended without a response".to_owned()))
+        last.ok_or(Error::NoResponse)
     }
 
     /// Cancels the call: stops reading its stream and sends `notifications/cancelled` naming

@@ -86,6 +86,10 @@ pub enum Error {
     /// stream over the decoder's limits).
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A request's stream ended, complete, without the request's final response: the server
+    /// finished it unanswered (a request it cancelled, or one it lost).
+    #[error("the stream ended without a response")]
+    NoResponse,
     /// The connection to a 2026-07-28 server was lost before it answered `method`, which is
     /// not safe to repeat: the server may have acted on it (a tool may have run), and nothing
     /// in this era resumes its answer. It was not sent again; run it as a task to make it
@@ -446,6 +450,7 @@ mod tests {
             status(400),
             status(404),
             Error::Protocol("x".into()),
+            Error::NoResponse,
             Error::Closed,
             Error::Cancelled,
         ] {

@@ -171,7 +171,7 @@ impl MessageStream {
     ///
     /// # Errors
     ///
-    /// The stream's error, or [`Error::Protocol`] if it ended without a response.
+    /// The stream's error, or [`Error::NoResponse`] if it ended without one.
     pub async fn response(mut self) -> Result<RpcResponse, Error> {
         let mut last = None;
         while let Some(item) = self.next().await {
@@ -179,7 +179,7 @@ impl MessageStream {
                 last = Some(response);
             }
         }
-        last.ok_or_else(|| Error::Protocol("stream ended without a response".to_owned()))
+        last.ok_or(Error::NoResponse)
     }
 
     /// The event id of the message last returned by [`next`](Self::next), until it is
@@ -434,7 +434,7 @@ impl Driver {
         let error = match reason {
             GiveUpReason::SessionExpired => {
                 if let Err(error) = self.inner.reinitialize(self.generation).await {
-                    tracing::warn!(%error, "re-initialization failed");
+                    tracing::warn!(error = %crate::error_chain(&error), "re-initialization failed");
                 }
                 if standalone {
                     // The standalone stream belongs to the session, not to a request: carry
@@ -607,7 +607,7 @@ impl Driver {
                 flow
             }
             Err(error) => {
-                tracing::debug!(%error, "stream connection lost");
+                tracing::debug!(error = %crate::error_chain(&error), "stream connection lost");
                 conn.decoder.finish();
                 let flow = self.drain(conn).await;
                 self.machine.on_failure(Instant::now(), Failure::Network);
@@ -761,7 +761,7 @@ async fn answer_server_request(client: &Client, request: &Request) -> bool {
         Err(error) => RpcResponse::error(Some(request.id.clone()), error),
     };
     if let Err(error) = client.respond(answer).await {
-        tracing::warn!(%error, method = %request.method, "answering a server request failed");
+        tracing::warn!(error = %crate::error_chain(&error), method = %request.method, "answering a server request failed");
     }
     consumed
 }

@@ -44,24 +44,12 @@ pub(super) fn http_client(config: &ClientConfig) -> Result<reqwest::Client, Erro
     let http = builder()
         .tls_certs_only(roots)
         .build()
-        .map_err(|_| Error::Config(format!("http client: {}", error_chain(&platform))))?;
+        .map_err(|_| Error::Config(format!("http client: {}", crate::error_chain(&platform))))?;
     tracing::warn!(
-        error = %error_chain(&platform),
+        error = %crate::error_chain(&platform),
         "no platform root certificates; trusting only ClientConfig::extra_root_certificates"
     );
     Ok(http)
-}
-
-/// An error and its causes, `: `-separated.
-pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 pub(crate) fn ensure_crypto_provider() {

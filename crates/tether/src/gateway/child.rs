@@ -324,7 +324,7 @@ impl Child {
                     return;
                 }
                 Err(error) => {
-                    self.fail(format!("its output: {error}"));
+                    self.fail(format!("its output: {}", crate::error_chain(&error)));
                     return;
                 }
             }
@@ -384,7 +384,7 @@ impl Child {
                     }
                 };
                 if let Err(error) = sent {
-                    tracing::debug!(session = %self.owner, %error, method = %notification.method, "notification from the stdio server dropped");
+                    tracing::debug!(session = %self.owner, error = %crate::error_chain(&error), method = %notification.method, "notification from the stdio server dropped");
                 }
             }
             Message::Request(request) => {
@@ -495,7 +495,9 @@ impl Child {
         kill_group(&process);
         match status {
             Ok(status) => tracing::info!(session = %id, %status, "stdio server exited"),
-            Err(error) => tracing::warn!(session = %id, %error, "could not reap the stdio server"),
+            Err(error) => {
+                tracing::warn!(session = %id, error = %crate::error_chain(&error), "could not reap the stdio server")
+            }
         }
         let _ = self.die("it exited".to_owned());
         self.exited.cancel();
@@ -521,7 +523,9 @@ impl Child {
         };
         match ended {
             Ok(()) => tracing::info!(session = %self.owner, "in-process server ended"),
-            Err(error) => tracing::warn!(session = %self.owner, %error, "in-process server failed"),
+            Err(error) => {
+                tracing::warn!(session = %self.owner, error = %crate::error_chain(&error), "in-process server failed")
+            }
         }
         let _ = self.die("it ended".to_owned());
         self.exited.cancel();

@@ -156,7 +156,7 @@ impl StdioGateway {
         }
         let owner = Owner::Principal(Arc::from(principal));
         let child = Child::spawn(&self.launch, &self.config, owner).map_err(|error| {
-            tracing::error!(principal, %error, "cannot start the stdio server");
+            tracing::error!(principal, error = %crate::error_chain(&error), "cannot start the stdio server");
             gateway_error(format!("cannot start the stdio server: {error}"))
         })?;
         let handshake = handshake(ProtocolVersion::LATEST_LEGACY, None);
@@ -347,7 +347,7 @@ impl Handler for StdioGateway {
         let id = session.session_id().clone();
         let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
             .map_err(|error| {
-                tracing::error!(session = %id, %error, "cannot start the stdio server");
+                tracing::error!(session = %id, error = %crate::error_chain(&error), "cannot start the stdio server");
                 gateway_error(format!("cannot start the stdio server: {error}"))
             })?;
         lock(&self.children).insert(id, Arc::clone(&child));

@@ -157,7 +157,7 @@ impl std::fmt::Debug for BearerTokens {
 #[non_exhaustive]
 pub enum TokenFileError {
     /// The file could not be read.
-    #[error("cannot read the token file {path}: {source}")]
+    #[error("cannot read the token file {path}")]
     Read {
         /// The file.
         path: String,

@@ -73,7 +73,9 @@ pub(crate) fn start(state: &Arc<ServerState>, store_tasks: Option<StartTasks>) {
 async fn answer_orphans(state: &ServerState) {
     match orphans::answer_orphans(&*state.events).await {
         Ok(report) => state.metrics.orphans_answered(report.requests as u64),
-        Err(error) => tracing::warn!(%error, "looking for orphaned streams failed"),
+        Err(error) => {
+            tracing::warn!(error = %crate::error_chain(&error), "looking for orphaned streams failed");
+        }
     }
     match state.tasks.fail_orphans().await {
         Ok(failed) if failed.is_empty() => {}
@@ -81,7 +83,9 @@ async fn answer_orphans(state: &ServerState) {
             tasks = failed.len(),
             "tasks whose node stopped while they ran: failed"
         ),
-        Err(error) => tracing::warn!(%error, "looking for orphaned tasks failed"),
+        Err(error) => {
+            tracing::warn!(error = %crate::error_chain(&error), "looking for orphaned tasks failed");
+        }
     }
 }
 
@@ -94,14 +98,16 @@ async fn sweep(state: &ServerState) {
                 if let Some(session) = &task.events_session
                     && let Err(error) = state.events.remove_session(session).await
                 {
-                    tracing::debug!(task = %task.id, %error, "an expired task's events stayed");
+                    tracing::debug!(task = %task.id, error = %crate::error_chain(&error), "an expired task's events stayed");
                 }
             }
             if !removed.is_empty() {
                 tracing::debug!(removed = removed.len(), "expired tasks removed");
             }
         }
-        Err(error) => tracing::warn!(%error, "expired-task sweep failed"),
+        Err(error) => {
+            tracing::warn!(error = %crate::error_chain(&error), "expired-task sweep failed")
+        }
     }
     let (busy, quiet): (Vec<_>, Vec<_>) = state
         .runtime_busyness()
@@ -118,13 +124,13 @@ async fn sweep(state: &ServerState) {
     let busy: Vec<SessionId> = busy.into_iter().map(|(id, _)| id).collect();
     for id in &busy {
         if let Err(error) = state.sessions.touch(id).await {
-            tracing::warn!(session = %id, %error, "could not keep a busy session alive");
+            tracing::warn!(session = %id, error = %crate::error_chain(&error), "could not keep a busy session alive");
         }
     }
     let expired = match state.sessions.expire_idle(state.config.session_idle).await {
         Ok(expired) => expired,
         Err(error) => {
-            tracing::warn!(%error, "idle-session sweep failed");
+            tracing::warn!(error = %crate::error_chain(&error), "idle-session sweep failed");
             return;
         }
     };
@@ -132,7 +138,7 @@ async fn sweep(state: &ServerState) {
         tracing::info!(session = %id, "session expired");
         state.forget(&id);
         if let Err(error) = state.events.remove_session(&id).await {
-            tracing::warn!(session = %id, %error, "could not free an expired session");
+            tracing::warn!(session = %id, error = %crate::error_chain(&error), "could not free an expired session");
         }
     }
 }

@@ -50,7 +50,7 @@ pub enum ContextError {
     Remote(ErrorObject),
     /// The event store refused the message (for example, the request already finished and
     /// its stream is complete).
-    #[error("event store: {0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
     /// The client did not declare the capability this question needs (2026-07-28: the
     /// server must not ask it). The handler answers without it, or fails the request with

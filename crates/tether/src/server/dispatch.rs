@@ -493,7 +493,7 @@ pub(crate) async fn run_handler(
             Err(error) => RpcResponse::error(Some(id), error),
         }),
         Some(Ok(Err(error))) => {
-            tracing::error!(request = %id, %error, "handler failed");
+            tracing::error!(request = %id, error = %crate::error_chain(&error), "handler failed");
             Some(RpcResponse::error(
                 Some(id),
                 ErrorObject::new(INTERNAL_ERROR, "internal error"),

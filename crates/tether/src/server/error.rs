@@ -82,7 +82,7 @@ impl ResumeRefusal {
 pub enum ServerError {
     /// The body is not JSON (-32700), not a JSON-RPC message, or a batch the version forbids
     /// (-32600): 400.
-    #[error("{0}")]
+    #[error(transparent)]
     InvalidBody(#[from] ParseError),
     /// The request body could not be read (the client went away mid-body): 400.
     #[error("request body could not be read")]
@@ -166,7 +166,7 @@ pub enum ServerError {
     #[error("the node running this session did not answer")]
     HomeUnavailable,
     /// The event or session store failed: 503 when it is unavailable, 500 otherwise.
-    #[error("store: {0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
     /// A 2026-07-28 request refused before it ran (its envelope, headers, version, method,
     /// answers): the status and error the modern era pins, answered with the request's id.

@@ -42,7 +42,7 @@ pub(crate) async fn settle(
     let flushed = runtime.events().flush(related).await;
     match (response, flushed) {
         (Some(response), Err(error)) => {
-            tracing::warn!(%error, "events of a request were lost: answering with an error");
+            tracing::warn!(error = %crate::error_chain(&error), "events of a request were lost: answering with an error");
             let error = ServerError::Store(error)
                 .error_object()
                 .expect("a store failure has a JSON-RPC error");
@@ -69,9 +69,9 @@ pub(crate) async fn store_response(
     .await;
     if let Err(error) = &stored {
         if runtime.is_closed() {
-            tracing::debug!(%error, "response dropped: session ended");
+            tracing::debug!(error = %crate::error_chain(&error), "response dropped: session ended");
         } else {
-            tracing::warn!(%error, "response could not be stored");
+            tracing::warn!(error = %crate::error_chain(&error), "response could not be stored");
         }
     }
     stored
@@ -81,9 +81,9 @@ pub(crate) async fn store_response(
 pub(crate) async fn complete(runtime: &SessionRuntime, stream: StreamId) {
     if let Err(error) = persist(runtime, || runtime.events().complete(stream)).await {
         if runtime.is_closed() {
-            tracing::debug!(%error, "stream not completed: session ended");
+            tracing::debug!(error = %crate::error_chain(&error), "stream not completed: session ended");
         } else {
-            tracing::warn!(%error, "stream could not be completed");
+            tracing::warn!(error = %crate::error_chain(&error), "stream could not be completed");
         }
     }
 }

@@ -57,7 +57,7 @@ pub(crate) async fn serve(
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
-                tracing::warn!(%error, "accept failed");
+                tracing::warn!(error = %crate::error_chain(&error), "accept failed");
                 tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 continue;
             }
@@ -70,7 +70,7 @@ pub(crate) async fn serve(
         // Every SSE event is a small write that must leave at once: Nagle's algorithm would
         // hold progress events and keep-alives back waiting for an ACK.
         if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY");
+            tracing::debug!(error = %crate::error_chain(&error), "could not set TCP_NODELAY");
         }
         let service = TowerToHyperService::new(router.clone());
         let closing = closing.clone();
@@ -103,7 +103,7 @@ pub(crate) async fn serve(
                 }
             };
             if let Err(error) = result {
-                tracing::debug!(%peer, %error, "connection ended with an error");
+                tracing::debug!(%peer, error = %crate::error_chain(&*error), "connection ended with an error");
             }
         });
     }

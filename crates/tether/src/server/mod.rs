@@ -104,7 +104,7 @@ pub enum BuildError {
     InvalidNodeId(String),
     /// The store failed while the server read its sealing key or answered requests an
     /// earlier process left unanswered.
-    #[error("store: {0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 

@@ -263,7 +263,7 @@ impl Drop for RequestGuard {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
                 if let Err(error) = events.remove_session(&session).await {
-                    tracing::debug!(%error, "a modern request's stream was not removed");
+                    tracing::debug!(error = %crate::error_chain(&error), "a modern request's stream was not removed");
                 }
             });
         }

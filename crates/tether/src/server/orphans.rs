@@ -58,7 +58,7 @@ pub(crate) async fn answer_orphans(events: &dyn EventStore) -> Result<OrphanRepo
             }
             Err(error @ StoreError::Unavailable(_)) => return Err(error),
             Err(error) => {
-                tracing::debug!(stream = %orphan.stream, %error, "orphaned stream skipped");
+                tracing::debug!(stream = %orphan.stream, error = %crate::error_chain(&error), "orphaned stream skipped");
             }
         }
     }

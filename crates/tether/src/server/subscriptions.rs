@@ -316,14 +316,14 @@ pub(crate) async fn drive(
                 let Some(message) = message else { return };
                 let Some(message) = tagged(&message, &id) else { continue };
                 if let Err(error) = runtime.append_bytes(stream, &message).await {
-                    tracing::debug!(%error, "listen stream cannot continue");
+                    tracing::debug!(error = %crate::error_chain(&error), "listen stream cannot continue");
                     return;
                 }
             }
             Some(message) = tasks.recv() => {
                 let Some(message) = tagged(&message, &id) else { continue };
                 if let Err(error) = runtime.append_bytes(stream, &message).await {
-                    tracing::debug!(%error, "listen stream cannot continue");
+                    tracing::debug!(error = %crate::error_chain(&error), "listen stream cannot continue");
                     return;
                 }
             }

@@ -284,7 +284,7 @@ async fn run(
     // other node would ever fail the task for it, and it would stay `working` for good.
     if let Err(error) = finish::persist(&runtime, || state.tasks.change(&id, change.clone())).await
     {
-        tracing::warn!(%error, "a task's outcome could not be stored");
+        tracing::warn!(error = %crate::error_chain(&error), "a task's outcome could not be stored");
     }
     // Completed after the outcome is recorded, so a reader that sees its events end finds
     // the outcome with `tasks/get`. The stream holds what the handler emitted, not the
@@ -305,7 +305,7 @@ async fn run(
             () = shutdown.cancelled() => return,
         }
         if let Err(error) = events.remove_session(&session).await {
-            tracing::debug!(%error, "a task's events were not removed after their retention");
+            tracing::debug!(error = %crate::error_chain(&error), "a task's events were not removed after their retention");
         }
     });
 }
@@ -327,7 +327,7 @@ async fn follow<F>(
             Ok(Some(record)) => record,
             Ok(None) => return,
             Err(error) => {
-                tracing::debug!(%error, task = %id, "following a task");
+                tracing::debug!(error = %crate::error_chain(&error), task = %id, "following a task");
                 tokio::time::sleep(PAUSE).await;
                 continue;
             }
@@ -637,7 +637,7 @@ impl TaskEventReader {
                 }
                 // The reader asks again with `after` once the store is back.
                 Err(EventStoreError::Unavailable(error)) => {
-                    tracing::debug!(%error, task = %id, "a task stream ends: store unavailable");
+                    tracing::debug!(error = %crate::error_chain(&error), task = %id, "a task stream ends: store unavailable");
                     return None;
                 }
                 Err(error) => {
@@ -668,7 +668,7 @@ impl TaskEventReader {
             }
             let after = self.events.after.unwrap_or(0);
             if let Err(error) = self.state.events.wait_for_more(stream, after).await {
-                tracing::debug!(%error, task = %id, "waiting on a task's events");
+                tracing::debug!(error = %crate::error_chain(&error), task = %id, "waiting on a task's events");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }

@@ -217,9 +217,9 @@ impl Writer {
                         Ok(batch) => batch,
                         Err(error) => {
                             if self.runtime.is_closed() {
-                                tracing::debug!(%error, "stream ended with its session");
+                                tracing::debug!(error = %crate::error_chain(&error), "stream ended with its session");
                             } else {
-                                tracing::warn!(%error, seq = after, "stream cannot continue");
+                                tracing::warn!(error = %crate::error_chain(&error), seq = after, "stream cannot continue");
                             }
                             self.machine.on_store_failed();
                             continue;
@@ -301,7 +301,7 @@ impl Writer {
                 match more {
                     Ok(()) => self.machine.on_more(),
                     Err(error) => {
-                        tracing::debug!(%error, "stream cannot continue");
+                        tracing::debug!(error = %crate::error_chain(&error), "stream cannot continue");
                         self.machine.on_store_failed();
                     }
                 }

@@ -30,7 +30,7 @@ pub enum StoreError {
     EventTooLarge,
     /// The backend failed (I/O, connection); the failure says how, and keeps the backend's
     /// own error as its source.
-    #[error("store unavailable: {0}")]
+    #[error("store unavailable")]
     Unavailable(#[source] StoreFailure),
 }
 

@@ -158,13 +158,21 @@ async fn json_answers_and_the_standalone_stream() {
     let client = Client::connect(&format!("http://{addr}/mcp"), legacy_config())
         .await
         .unwrap();
+    let mut events = client.events();
     let mut standalone = client.server_messages().unwrap();
     assert!(
         client.server_messages().is_err(),
         "one standalone stream per client"
     );
-    // Give the GET time to be open before the tool emits.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The tool's progress goes to the GET stream only once it is open.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !matches!(
+            events.recv().await,
+            Some(ClientEvent::Connected { request_id: None })
+        ) {}
+    })
+    .await
+    .expect("the standalone stream connects");
     let response = client
         .request("tools/call", count_params(20, 0))
         .await
@@ -203,6 +211,31 @@ async fn close_deletes_the_session() {
     client.close().await.unwrap();
     let http = reqwest_free_probe(addr, &session).await;
     assert!(http.starts_with("HTTP/1.1 404"), "{http}");
+}
+
+/// Clones share the session: closing one (it takes `&self`) ends the stream another clone
+/// holds and deletes the session on the server.
+#[tokio::test]
+async fn closing_a_clone_closes_the_session_for_every_clone() {
+    let server = start_server(ServerConfig::default(), Arc::new(DemoHandler::new())).await;
+    let addr = server.addr;
+    let client = Client::connect(&format!("http://{addr}/mcp"), legacy_config())
+        .await
+        .unwrap();
+    let session = client.session_id().unwrap();
+    let mut standalone = client.server_messages().unwrap();
+    let clone = client.clone();
+    clone.close().await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(10), standalone.next())
+        .await
+        .expect("the original's stream ends");
+    assert!(
+        !matches!(ended, Some(Ok(_))),
+        "no message after close: {ended:?}"
+    );
+    let http = reqwest_free_probe(addr, &session).await;
+    assert!(http.starts_with("HTTP/1.1 404"), "{http}");
+    client.close().await.unwrap();
 }
 
 /// The 2025 era, which these tests are about (`auto` picks 2026-07-28 with this server).

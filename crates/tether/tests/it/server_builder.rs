@@ -81,6 +81,49 @@ async fn the_mcp_service_answers_where_it_is_mounted_beside_the_apps_own_routes(
     );
 }
 
+/// `mcp_service()` is a tower service of its own, not tied to an axum router: served here by
+/// hyper alone, on hyper's own request body, it answers at any path.
+#[tokio::test]
+async fn the_mcp_service_serves_under_hyper_without_a_router() {
+    let server = builder().node_id("bare").build().await.unwrap();
+    let service = server.mcp_service();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = hyper_util::service::TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let http = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                let _ = http
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    let answer = initialize(&format!("{base}/anywhere"), None).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers.get("tether-node"), Some("bare"));
+    let session = answer
+        .headers
+        .get("mcp-session-id")
+        .expect("a session")
+        .to_owned();
+    let client = RawClient::new(&format!("{base}/anywhere")).unwrap();
+    let delete = client
+        .exchange(
+            &client
+                .request("DELETE")
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", "2025-11-25"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(delete.status, 200, "the session it made is its own to end");
+}
+
 #[tokio::test]
 async fn the_ops_router_serves_health_and_metrics_when_merged() {
     let server = builder().build().await.unwrap();

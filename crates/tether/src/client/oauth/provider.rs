@@ -475,7 +475,7 @@ impl AuthProvider for OAuthProvider {
             // refuses it, `refused` signs in again.
             Ok(None) => Ok(Some(entry.access_token.clone())),
             Err(error) => {
-                tracing::warn!(server = %self.server_url, error = %error, "oauth: refresh ahead of expiry failed");
+                tracing::warn!(server = %self.server_url, error = %crate::error_chain(&error), "oauth: refresh ahead of expiry failed");
                 Ok(Some(entry.access_token.clone()))
             }
         }

@@ -116,7 +116,7 @@ pub(super) async fn sweep_loop(inner: std::sync::Weak<Inner>, cancel: Cancellati
         };
         let limit = SWEEP_LIMIT.to_string();
         if let Err(error) = inner.run(&inner.scripts.sweep, &[&limit]).await {
-            tracing::debug!(%error, "redis store: retention sweep failed");
+            tracing::debug!(error = %crate::error_chain(&error), "redis store: retention sweep failed");
         }
     }
 }
@@ -147,7 +147,7 @@ pub(super) async fn heartbeat_loop(inner: std::sync::Weak<Inner>, cancel: Cancel
         if let Err(error) = renewed {
             // Two failures in a row are still within the lease; past it, other nodes answer
             // this node's running requests as orphans.
-            tracing::warn!(%error, node = %inner.config.node_id, "redis store: heartbeat failed");
+            tracing::warn!(error = %crate::error_chain(&error), node = %inner.config.node_id, "redis store: heartbeat failed");
         }
     }
 }

@@ -95,7 +95,7 @@ impl RelayState {
         let envelope = match serde_json::from_slice::<Envelope>(payload) {
             Ok(envelope) => envelope,
             Err(error) => {
-                tracing::warn!(%error, "redis relay: unreadable message ignored");
+                tracing::warn!(error = %crate::error_chain(&error), "redis relay: unreadable message ignored");
                 return;
             }
         };
@@ -120,7 +120,7 @@ impl RelayState {
                     let Ok(answer) = answered.await else { return };
                     let envelope = Envelope::Answer { nonce, answer };
                     if let Err(error) = state.publish(&from, &envelope).await {
-                        tracing::warn!(%error, node = %from, "redis relay: answer not sent");
+                        tracing::warn!(error = %crate::error_chain(&error), node = %from, "redis relay: answer not sent");
                     }
                 });
             }

@@ -55,7 +55,7 @@ pub enum SqliteOpenError {
         path: PathBuf,
     },
     /// SQLite refused to open the file or set it up.
-    #[error("cannot open SQLite store {}: {source}", path.display())]
+    #[error("cannot open SQLite store {}", path.display())]
     Sqlite {
         /// The file.
         path: PathBuf,
@@ -70,7 +70,7 @@ pub enum SqliteOpenError {
         path: PathBuf,
     },
     /// The file's tasks could not be read (a record that is not a task's).
-    #[error("cannot read the tasks of SQLite store {}: {source}", path.display())]
+    #[error("cannot read the tasks of SQLite store {}", path.display())]
     Tasks {
         /// The database file.
         path: PathBuf,
@@ -78,7 +78,7 @@ pub enum SqliteOpenError {
         source: StoreError,
     },
     /// The lock file next to the database could not be created.
-    #[error("cannot create the lock file {}: {source}", path.display())]
+    #[error("cannot create the lock file {}", path.display())]
     Lock {
         /// The lock file.
         path: PathBuf,
@@ -86,7 +86,7 @@ pub enum SqliteOpenError {
         source: std::io::Error,
     },
     /// The writer or checkpoint thread could not be started.
-    #[error("cannot start the SQLite store's threads: {0}")]
+    #[error("cannot start the SQLite store's threads")]
     Thread(#[from] std::io::Error),
 }
 

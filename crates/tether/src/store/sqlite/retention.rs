@@ -214,13 +214,13 @@ impl Writer {
             Ok(())
         });
         if let Err(error) = result {
-            tracing::warn!(%error, "sqlite store: retention sweep failed");
+            tracing::warn!(error = %crate::error_chain(&error), "sqlite store: retention sweep failed");
             return;
         }
         // Compaction: hand a bounded number of freed pages back to the file system, so the
         // file shrinks after a burst without a blocking full VACUUM.
         if let Err(error) = self.incremental_vacuum() {
-            tracing::warn!(%error, "sqlite store: incremental vacuum failed");
+            tracing::warn!(error = %crate::error_chain(&error), "sqlite store: incremental vacuum failed");
         }
     }
 }

@@ -354,7 +354,7 @@ impl Checkpointer {
             }
             Ok(_) => self.restart_at = wal_bytes + RESTART_AFTER_BYTES / 4,
             Err(error) => {
-                tracing::warn!(%error, "sqlite store: checkpoint failed; retried later");
+                tracing::warn!(error = %crate::error_chain(&error), "sqlite store: checkpoint failed; retried later");
                 self.restart_at = wal_bytes + RESTART_AFTER_BYTES / 4;
             }
         }
@@ -379,7 +379,7 @@ pub(super) fn checkpoint_loop(path: &Path, signal: &(Mutex<CheckpointState>, std
     ) {
         Ok(conn) => conn,
         Err(error) => {
-            tracing::error!(%error, "sqlite store: no checkpoint connection; the WAL will grow until the store closes");
+            tracing::error!(error = %crate::error_chain(&error), "sqlite store: no checkpoint connection; the WAL will grow until the store closes");
             return;
         }
     };
@@ -398,7 +398,7 @@ pub(super) fn checkpoint_loop(path: &Path, signal: &(Mutex<CheckpointState>, std
             state.committed = 0;
         }
         if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::warn!(%error, "sqlite store: checkpoint failed; retried after the next commits");
+            tracing::warn!(error = %crate::error_chain(&error), "sqlite store: checkpoint failed; retried after the next commits");
         }
     }
 }
