@@ -44,6 +44,9 @@
 //! - [`demo`] (feature `server`): the demo handler of `tether serve` (`count`, `echo`).
 //! - [`client`] (feature `client`): the client, whose streams resume across disconnects and
 //!   hand every server message to the application once, in order.
+//! - [`telemetry`]: the spans a request makes on both sides in the MCP semantic conventions
+//!   and, with feature `otel`, the trace context carried across processes and the duration
+//!   histograms (docs/TELEMETRY.md).
 //!
 //! The conformance suite's fixtures are not here: they are the `tether-conformance` crate's.
 //! How the parts fit, and why, is in the repository's `docs/ARCHITECTURE.md`.
@@ -66,6 +69,7 @@ pub mod rmcp;
 pub mod server;
 pub mod stdio;
 pub mod store;
+pub mod telemetry;
 
 /// Locks a mutex whose data stays consistent even if a holder panicked: every critical section
 /// in this crate is a few map or counter operations with no await inside, so a poisoned lock

@@ -203,6 +203,37 @@ impl Error {
 }
 
 impl Error {
+    /// This error's kind as a short, stable name: the `error.type` of a client span and of
+    /// `mcp.client.operation.duration` (docs/TELEMETRY.md).
+    #[must_use]
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Self::Config(_) => "config",
+            Self::Network(_) => "network",
+            Self::Tls(_) => "tls",
+            Self::Timeout => "timeout",
+            Self::SessionExpired => "session_expired",
+            Self::NotResumable => "not_resumable",
+            Self::NoStandaloneStream => "no_standalone_stream",
+            Self::EventsUnavailable { .. } => "events_unavailable",
+            Self::BudgetExhausted { .. } => "budget_exhausted",
+            Self::Unauthorized => "unauthorized",
+            Self::Auth(_) => "auth",
+            Self::Status { .. } => "http_status",
+            Self::LegacyTransport => "legacy_transport",
+            Self::UnsupportedVersion { .. } => "unsupported_version",
+            Self::Protocol(_) => "protocol",
+            Self::NoResponse => "no_response",
+            Self::MayHaveRun { .. } => "may_have_run",
+            Self::QuestionDeclined { .. } => "question_declined",
+            Self::Closed => "closed",
+            Self::UnknownTask { .. } => "unknown_task",
+            Self::TasksNotOffered { .. } => "tasks_not_offered",
+            Self::NotATask { .. } => "not_a_task",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
     /// Whether the request certainly never reached the server: the connection itself could
     /// not be made (refused, unreachable, DNS), so sending it again cannot run it twice.
     pub(crate) fn never_sent(&self) -> bool {

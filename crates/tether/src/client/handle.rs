@@ -23,6 +23,8 @@ use super::modern;
 use super::session::{Client, Inner, read_body, response_kind};
 use super::stream::{Delivery, Driver, MessageStream};
 use super::transport::{self, Failed};
+use crate::telemetry::{self, OperationTimer, Side};
+use tracing::Instrument as _;
 
 impl Client {
     /// Connects to the MCP endpoint `url`: `initialize` (version negotiation), then
@@ -102,22 +104,66 @@ impl Client {
     ///
     /// What sending failed with; failures after the server accepted the request arrive as
     /// the stream's items.
+    ///
+    /// The request is a client span (`{method} {target}`, docs/TELEMETRY.md) whose trace
+    /// context goes to the server in `params._meta`; its reconnects are events of that span.
     pub async fn request(
         &self,
         method: &str,
-        params: Option<Value>,
+        mut params: Option<Value>,
     ) -> Result<MessageStream, Error> {
         let inner = &self.inner;
         if self.is_modern() {
             let id = RequestId::from(inner.next_id.fetch_add(1, Ordering::Relaxed));
+            let version = ProtocolVersion::MODERN.as_str();
+            let span = telemetry::request_span(
+                Side::Client,
+                method,
+                params.as_ref(),
+                &id,
+                None,
+                Some(version),
+            );
+            let timer = OperationTimer::start(Side::Client, method, Some(version));
+            telemetry::inject_meta(&span, &mut params);
             let (tx, rx) = mpsc::channel(inner.config.stream_buffer.max(1));
             let exchange =
                 Arc::clone(inner).modern_exchange(id.clone(), method.to_owned(), params, tx);
-            tokio::spawn(exchange);
-            return Ok(self.stream(rx, Some(id), &inner.transport.session()));
+            tokio::spawn(exchange.instrument(span.clone()));
+            return Ok(self
+                .stream(rx, Some(id), &inner.transport.session())
+                .with_operation(span, timer));
         }
         inner.ensure_initialized().await?;
         let id = RequestId::from(inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let session = inner.transport.session();
+        let version = session.version.map(ProtocolVersion::as_str);
+        let span = telemetry::request_span(
+            Side::Client,
+            method,
+            params.as_ref(),
+            &id,
+            session.id.as_deref(),
+            version,
+        );
+        let timer = OperationTimer::start(Side::Client, method, version);
+        telemetry::inject_meta(&span, &mut params);
+        self.send_request(id, method, params, span.clone())
+            .instrument(span.clone())
+            .await
+            .map(|stream| stream.with_operation(span, timer))
+    }
+
+    /// The 2025 era's part of [`request`](Self::request): POSTs it and hands its answer, an
+    /// SSE stream (followed by a driver running in `span`) or a JSON body, to a stream.
+    async fn send_request(
+        &self,
+        id: RequestId,
+        method: &str,
+        params: Option<Value>,
+        span: tracing::Span,
+    ) -> Result<MessageStream, Error> {
+        let inner = &self.inner;
         let body = Message::from(Request::new(id.clone(), method, params)).to_vec();
         let buffer = inner.config.stream_buffer.max(1);
         // Kept only for a server that re-attaches a request sent again (see
@@ -134,7 +180,7 @@ impl Client {
                 let driver =
                     Driver::new(Arc::clone(inner), Some(id.clone()), session.generation, tx)
                         .resending(resend);
-                tokio::spawn(driver.run(None));
+                tokio::spawn(driver.run(None).instrument(span));
                 return Ok(self.stream(rx, Some(id), &session));
             }
             Err(error) => return Err(error),
@@ -146,7 +192,7 @@ impl Client {
                 let driver =
                     Driver::new(Arc::clone(inner), Some(id.clone()), session.generation, tx)
                         .resending(resend);
-                tokio::spawn(driver.run(Some(response)));
+                tokio::spawn(driver.run(Some(response)).instrument(span));
                 Ok(self.stream(rx, Some(id), &session))
             }
             (200, Some(ResponseKind::Json)) => {

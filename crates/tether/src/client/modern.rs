@@ -503,6 +503,7 @@ impl Inner {
                     method: method.to_owned(),
                 });
             }
+            tracing::info!(error.type = lost.kind_name(), "tether.reconnect");
             attempts.lost(lost);
         }
     }

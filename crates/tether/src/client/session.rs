@@ -28,6 +28,7 @@ use super::retry::Attempts;
 use super::tls::http_client;
 use super::transport;
 use super::transport::{Failed, Transport};
+use crate::telemetry::{self, Side};
 
 /// How long [`Client::connect`](super::Client::connect) probes for the 2024-11-05 `endpoint` event after an
 /// `initialize` was refused.
@@ -74,6 +75,21 @@ pub(crate) struct Inner {
     /// waits when its own answer (JSON, or cut before its `retry`) carried none.
     pub(super) server_retry: Mutex<Option<Duration>>,
     pub(super) shutdown: CancellationToken,
+    /// When the client was made, for `mcp.client.session.duration`.
+    pub(super) opened: std::time::Instant,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let session = self.transport.session();
+        if session.id.is_some() {
+            telemetry::record_session(
+                Side::Client,
+                session.version.map(ProtocolVersion::as_str),
+                self.opened.elapsed(),
+            );
+        }
+    }
 }
 
 pub(super) fn response_kind(response: &Response) -> Option<ResponseKind> {
@@ -133,6 +149,7 @@ impl Inner {
             modern_running: Mutex::new(HashMap::new()),
             server_retry: Mutex::new(None),
             shutdown: CancellationToken::new(),
+            opened: std::time::Instant::now(),
         }))
     }
 }

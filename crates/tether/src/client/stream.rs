@@ -41,6 +41,7 @@ use super::error::Error;
 use super::retry::rng;
 use super::session::{Client, Inner};
 use super::token::ResumptionToken;
+use crate::telemetry::{self, OperationTimer};
 
 /// What the stream task hands to the application's end, in stream order.
 #[derive(Debug)]
@@ -84,6 +85,9 @@ pub struct MessageStream {
     uncommitted: Option<String>,
     committed: Option<String>,
     pub(super) task_id: Option<String>,
+    /// The request's client span and duration, told its outcome when the final response or
+    /// the stream's error arrives.
+    operation: Option<(tracing::Span, OperationTimer)>,
 }
 
 impl std::fmt::Debug for MessageStream {
@@ -115,6 +119,21 @@ impl MessageStream {
             uncommitted: None,
             committed: None,
             task_id: None,
+            operation: None,
+        }
+    }
+
+    /// This stream, answering the request whose client span and timer are `operation`.
+    pub(crate) fn with_operation(mut self, span: tracing::Span, timer: OperationTimer) -> Self {
+        self.operation = Some((span, timer));
+        self
+    }
+
+    /// Tells the request's span and timer how it ended.
+    fn finish_operation(&mut self, response: Option<&RpcResponse>, error: Option<&str>) {
+        if let Some((span, mut timer)) = self.operation.take() {
+            telemetry::record_outcome(&span, response, error);
+            timer.finish(error);
         }
     }
 
@@ -147,10 +166,18 @@ impl MessageStream {
                         }
                         continue;
                     }
+                    if let Message::Response(response) = &message
+                        && self.request_id.is_some()
+                        && response.id() == self.request_id.as_ref()
+                    {
+                        let error = telemetry::error_type(response);
+                        self.finish_operation(Some(response), error.as_deref());
+                    }
                     self.uncommitted = event_id;
                     return Some(Ok(message));
                 }
                 Delivery::Failed(error) => {
+                    self.finish_operation(None, Some(error.kind_name()));
                     self.rx.close();
                     return Some(Err(error));
                 }
@@ -400,6 +427,12 @@ impl Driver {
                     last_event_id: last_event_id.clone(),
                     failures: self.machine.failures(),
                 });
+                // An event of the request's span (docs/TELEMETRY.md).
+                tracing::info!(
+                    tether.reconnect.failures = self.machine.failures(),
+                    tether.resume.last_event_id = last_event_id.as_deref(),
+                    "tether.reconnect"
+                );
                 *conn = self.connect(last_event_id).await;
                 Flow::Continue
             }

@@ -248,6 +248,11 @@ impl Inner {
                 Err(error) => return Err(error),
             };
             tracing::debug!(%lost, task, "a task stream was cut; reading again after {last:?}");
+            tracing::info!(
+                error.type = lost.kind_name(),
+                tether.task.cursor = ?last,
+                "tether.reconnect"
+            );
             attempts.lost(lost);
         }
     }

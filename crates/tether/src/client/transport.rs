@@ -21,6 +21,7 @@ use tether_proto::version::ProtocolVersion;
 use super::auth::{AuthProvider, AuthRefusal, MAX_AUTH_RETRIES};
 use super::config::MAX_ERROR_BODY;
 use super::error::{AuthError, Error};
+use crate::telemetry;
 
 /// The session as the transport knows it.
 #[derive(Debug, Clone, Default)]
@@ -180,6 +181,11 @@ impl Transport {
             }
             if let Some(token) = &token {
                 request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+            }
+            // The span this is sent for (a request's, whose driver resumes it) continues on
+            // the server: a resume's span joins the caller's trace.
+            for (name, value) in telemetry::context_headers(&tracing::Span::current()) {
+                request = request.header(name, value);
             }
             let response = tokio::time::timeout(self.request_timeout, request.send())
                 .await

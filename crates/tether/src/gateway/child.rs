@@ -272,6 +272,10 @@ impl Child {
         context: RequestContext,
         child_token: Option<String>,
     ) -> Result<Value, ErrorObject> {
+        let mut request = request;
+        // The child continues the trace from this request's server span, so one trace runs
+        // from the caller through the gateway into the tool.
+        crate::telemetry::inject_meta(&tracing::Span::current(), &mut request.params);
         let id = request.id.clone();
         let (tx, rx) = oneshot::channel();
         {

@@ -43,6 +43,8 @@ use super::mrtr::Interrupt;
 use super::session::{InFlightSlot, SessionRuntime};
 use super::state::ServerState;
 use crate::store::{StoreError, StreamKind};
+use crate::telemetry::{self, OperationTimer, Side};
+use tether_proto::version::ProtocolVersion;
 
 /// A cancelled handler gets this long to notice (`RequestContext::cancelled`) and return
 /// before its task is aborted: enough for cleanup, short enough that a handler ignoring
@@ -411,6 +413,9 @@ async fn run(
 /// response is sent, MCP cancellation). Related messages go to `related`. A 2026-07-28
 /// request (`modern`) may also end early for its questions (SEP-2322,
 /// [`super::mrtr`]): its answer is then the `input_required` result.
+///
+/// The run is the request's server span (`crate::telemetry`), continuing the caller's trace,
+/// and is measured on `mcp.server.operation.duration`.
 pub(crate) async fn run_handler(
     state: &Arc<ServerState>,
     runtime: &Arc<SessionRuntime>,
@@ -419,8 +424,36 @@ pub(crate) async fn run_handler(
     related: StreamId,
     modern: Option<Arc<ModernRequest>>,
 ) -> Option<RpcResponse> {
+    let (session, version) = match &modern {
+        Some(_) => (None, ProtocolVersion::MODERN.to_string()),
+        None => (
+            Some(runtime.record().id.to_string()),
+            runtime.version().to_string(),
+        ),
+    };
+    let span = telemetry::server_request_span(&request, session.as_deref(), Some(&version));
+    let mut timer = OperationTimer::start(Side::Server, &request.method, Some(&version));
+    let response = run_to_response(state, runtime, request, slot, related, modern)
+        .instrument(span.clone())
+        .await;
+    let error = response
+        .as_ref()
+        .map_or_else(|| Some("cancelled".to_owned()), telemetry::error_type);
+    telemetry::record_outcome(&span, response.as_ref(), error.as_deref());
+    timer.finish(error.as_deref());
+    response
+}
+
+async fn run_to_response(
+    state: &Arc<ServerState>,
+    runtime: &Arc<SessionRuntime>,
+    request: Request,
+    slot: InFlightSlot,
+    related: StreamId,
+    modern: Option<Arc<ModernRequest>>,
+) -> Option<RpcResponse> {
     let id = request.id.clone();
-    let span = tracing::info_span!("request", request = %id, method = %request.method);
+    let span = tracing::Span::current();
     let token = slot.token().clone();
     let context = RequestContext::new(
         Arc::clone(runtime),

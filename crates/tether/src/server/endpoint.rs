@@ -66,6 +66,7 @@ use super::state::ServerState;
 use super::writer::{FIRST_RESUME_BATCH, Start};
 use crate::store::relay::SessionHome;
 use crate::store::{ReadBatch, SessionRecord, SessionUsage, StoreError, StreamKind};
+use crate::telemetry;
 
 // ---------------------------------------------------------------------------------------------
 // Checks shared by the methods
@@ -537,11 +538,25 @@ pub(crate) async fn get(
     };
     state.metrics.resume(ResumeOutcome::Ok);
     tracing::debug!(session = %runtime.record().id, stream = %id.stream, seq = id.seq, "resume");
+    let span = telemetry::resume_span(
+        &id.to_string(),
+        Some(&runtime.record().id.to_string()),
+        state.node_id.to_str().unwrap_or_default(),
+    );
+    telemetry::continue_from(&span, |name| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+    });
     let start = Start::Resume {
         cursor: id.seq,
         first,
     };
-    Ok(state.writer(&runtime, id.stream, start).into_response(None))
+    Ok(state
+        .writer(&runtime, id.stream, start)
+        .with_resume_span(span)
+        .into_response(None))
 }
 
 /// The event id of a resume and the batch after it, read once before answering: an unusable

@@ -14,6 +14,7 @@
 //! "unknown"|"expired"}`, `responses_total{method,status}`, `modern_requests_total{method,
 //! outcome="result"|"input_required"|"error"|"refused"|"disconnected"}` (2026-07-28 requests by
 //! JSON-RPC method; methods outside the protocol count as `other`), `orphaned_requests_answered_total`,
+//! `telemetry_spans_dropped_total` (spans the process's OpenTelemetry exporter dropped),
 //! `auth_failures_total{reason}` (credentials refused, by the authenticator's reason:
 //! `missing`, `insufficient_scope`, `unavailable` or why a token was invalid, such as
 //! `expired` or `bad_signature`), `open_streams`, `sessions` (this node's), `sessions_stored` (the store's, all nodes),
@@ -174,6 +175,9 @@ pub(crate) struct Metrics {
     modern_requests: Family<ModernLabels, Counter>,
     auth_failures: Family<ReasonLabels, Counter>,
     orphans_answered: Counter,
+    /// Follows [`crate::telemetry::dropped_spans`], process-wide, under a lock so that two
+    /// scrapes at once cannot both add the same drops.
+    spans_dropped: std::sync::Mutex<Counter>,
     open_streams: Gauge,
     sessions: Gauge,
     sessions_stored: Gauge,
@@ -250,6 +254,12 @@ impl Default for Metrics {
                 "Requests a dead process left unanswered, answered with an error",
                 Counter::default(),
             ),
+            spans_dropped: std::sync::Mutex::new(add(
+                r,
+                "telemetry_spans_dropped",
+                "Spans the OpenTelemetry exporter dropped (queue full or export failed), process-wide",
+                Counter::default(),
+            )),
             open_streams: add(r, "open_streams", "SSE connections open", Gauge::default()),
             sessions: add(
                 r,
@@ -353,6 +363,11 @@ impl Metrics {
         self.retained_events
             .set(gauge_value(retained.events as u64));
         self.retained_bytes.set(gauge_value(retained.bytes as u64));
+        {
+            let counter = crate::lock(&self.spans_dropped);
+            let dropped = crate::telemetry::dropped_spans();
+            counter.inc_by(dropped.saturating_sub(counter.get()));
+        }
         let mut body = String::new();
         prometheus_client::encoding::text::encode(&mut body, &self.registry)
             .expect("writing to a String cannot fail");

@@ -51,6 +51,8 @@ pub(crate) struct SessionRuntime {
     /// `Last-Event-ID`) continues after it, so a reconnecting client neither loses messages
     /// stored while no GET was open nor gets the ones already written again.
     standalone_cursor: AtomicU64,
+    /// When this node took the session up, for `mcp.server.session.duration`.
+    opened: std::time::Instant,
 }
 
 /// How many recent requests a session remembers the streams of: the store's default stream cap
@@ -112,6 +114,7 @@ impl SessionRuntime {
             next_outgoing_id: AtomicI64::new(1),
             next_generation: AtomicU64::new(1),
             standalone_cursor: AtomicU64::new(EventId::PRIMING_SEQ),
+            opened: std::time::Instant::now(),
         })
     }
 
@@ -145,6 +148,11 @@ impl SessionRuntime {
 
     pub(crate) fn closed(&self) -> &CancellationToken {
         &self.closed
+    }
+
+    /// How long this node has held the session.
+    pub(crate) fn age(&self) -> Duration {
+        self.opened.elapsed()
     }
 
     pub(crate) fn is_closed(&self) -> bool {

@@ -34,6 +34,7 @@ use crate::store::{
     ANONYMOUS_PRINCIPAL, EventStore, SessionRecord, SessionStore, StreamKind, StreamOwner,
     TaskStore,
 };
+use crate::telemetry::{self, Side};
 
 /// Everything the endpoint, dispatch and background work share: configuration, handler, stores, and the
 /// sessions this node has runtime state for.
@@ -319,6 +320,11 @@ impl ServerState {
         let runtime = lock(&self.runtimes).remove(id);
         if let Some(runtime) = runtime {
             runtime.close();
+            telemetry::record_session(
+                Side::Server,
+                Some(&runtime.version().to_string()),
+                runtime.age(),
+            );
             self.handler.session_closed(id);
         }
     }

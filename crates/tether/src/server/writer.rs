@@ -43,6 +43,7 @@ use tracing::Instrument as _;
 use super::metrics::{ConnectionKind, Metrics, OpenStream};
 use super::session::{ConnectionGuard, SessionRuntime};
 use crate::store::{ReadBatch, StoredEvent};
+use crate::telemetry;
 
 /// Events read from the store per round trip. Large enough that a fast producer's backlog goes
 /// out in few, large writes (one chunk per batch); small enough that one batch of typical
@@ -110,12 +111,34 @@ pub(crate) struct Writer {
     _open: OpenStream,
     /// Dropped with the connection: a 2026-07-28 request's, whose disconnect cancels it.
     _guard: Option<Box<dyn Send + Sync>>,
+    /// A resume's span (`crate::telemetry::resume_span`), told on drop what was sent.
+    resume_span: Option<tracing::Span>,
+    /// Events this connection wrote.
+    sent: u64,
+    /// Events written before the first read that found the stream's stored end: what a
+    /// resume replayed before going live.
+    replayed: Option<u64>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(span) = &self.resume_span {
+            telemetry::record_replayed(span, self.replayed.unwrap_or(self.sent), self.sent);
+        }
+    }
 }
 
 impl Writer {
     /// This writer, holding `guard` until its connection ends.
     pub(crate) fn with_guard(mut self, guard: impl Send + Sync + 'static) -> Self {
         self._guard = Some(Box::new(guard));
+        self
+    }
+
+    /// This writer, serving a resume whose span is `span`: the connection runs in it, and it
+    /// is told the events replayed and sent.
+    pub(crate) fn with_resume_span(mut self, span: tracing::Span) -> Self {
+        self.resume_span = Some(span);
         self
     }
 
@@ -153,16 +176,21 @@ impl Writer {
             kind,
             _open: metrics.open_stream(),
             _guard: None,
+            resume_span: None,
+            sent: 0,
+            replayed: None,
         }
     }
 
     /// The `200 text/event-stream` response whose body is this loop.
     pub(crate) fn into_response(self, session_header: Option<HeaderValue>) -> Response {
-        let span = tracing::info_span!(
-            "sse",
-            session = %self.runtime.record().id,
-            stream = %self.machine.stream(),
-        );
+        let span = self.resume_span.clone().unwrap_or_else(|| {
+            tracing::info_span!(
+                "sse",
+                session = %self.runtime.record().id,
+                stream = %self.machine.stream(),
+            )
+        });
         // The state counts the chunks handed to hyper so far.
         let body = futures_util::stream::unfold((self, 0_u64), move |(mut writer, chunks)| {
             let span = span.clone();
@@ -200,17 +228,18 @@ impl Writer {
                 Step::End => return None,
                 Step::Write(frame) => return Some(encode(frame)),
                 Step::Read { from_start, after } => {
-                    let read = match self.first.take() {
-                        Some(batch) => Ok(batch),
+                    let (read, limit) = match self.first.take() {
+                        Some(batch) => (Ok(batch), FIRST_RESUME_BATCH),
                         None => {
                             let events = self.runtime.events();
                             let owner = self.runtime.owner();
                             let stream = self.machine.stream();
-                            if from_start {
+                            let read = if from_start {
                                 events.read_from_start(owner, stream, READ_BATCH).await
                             } else {
                                 events.read_after(owner, stream, after, READ_BATCH).await
-                            }
+                            };
+                            (read, READ_BATCH)
                         }
                     };
                     let batch = match read {
@@ -225,7 +254,12 @@ impl Writer {
                             continue;
                         }
                     };
-                    if let Some(chunk) = self.write_batch(&batch) {
+                    let caught_up = batch.events.len() < limit || batch.complete;
+                    let chunk = self.write_batch(&batch);
+                    if caught_up && self.replayed.is_none() {
+                        self.replayed = Some(self.sent);
+                    }
+                    if let Some(chunk) = chunk {
                         return Some(chunk);
                     }
                 }
@@ -250,6 +284,7 @@ impl Writer {
         let events = &batch.events[usize::from(plan.skip_first)..];
         if !events.is_empty() {
             self.metrics.event_sent(self.kind, events.len() as u64);
+            self.sent += events.len() as u64;
             tracing::debug!(
                 seq = self.machine.cursor(),
                 events = events.len(),
