@@ -1,6 +1,7 @@
 //! The `tether` command: a thin layer over the `tether` library.
 //!
-//! `main` parses arguments, sets up logging (stderr, `RUST_LOG`) and maps the outcome to the
+//! `main` parses arguments, sets up logging (stderr, `RUST_LOG`) and OpenTelemetry export
+//! (`telemetry`, when the `OTEL_*` variables ask for it) and maps the outcome to the
 //! exit codes that docs/CONTRACTS.md#exit-codes pins: 0 success, 2 usage error (including a flag
 //! value clap cannot check), 1 any other failure; `call` returns its own codes (3 transport
 //! failure, 4 session expired, 5 authorization failed). Each subcommand lives in its own module and calls the library.
@@ -12,11 +13,11 @@ mod conformance_client;
 mod connect;
 mod remote;
 mod serve;
+mod telemetry;
 
-use std::{fmt, io::IsTerminal as _, process::ExitCode};
+use std::{fmt, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 /// Exit code for a usage error (docs/CONTRACTS.md#exit-codes).
 pub(crate) const EXIT_USAGE: u8 = 2;
@@ -77,49 +78,35 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve(args) => {
-            init_logging("info");
-            serve::run(*args)
-        }
-        Command::Call(args) => {
-            init_logging("warn");
-            call::run(*args)
-        }
-        Command::Connect(args) => {
-            init_logging("warn");
-            connect::run(*args)
-        }
+        Command::Serve(args) => exporting("info", || serve::run(*args)),
+        Command::Call(args) => exporting("warn", || call::run(*args)),
+        Command::Connect(args) => exporting("warn", || connect::run(*args)),
         #[cfg(feature = "conformance")]
         Command::ConformanceClient(args) => {
-            init_logging("warn");
+            telemetry::logging("warn");
             conformance_client::run(args)
         }
         Command::Auth(args) => {
-            init_logging("warn");
+            telemetry::logging("warn");
             auth::run(*args)
         }
         Command::Bench(args) => {
-            init_logging("warn");
+            telemetry::logging("warn");
             tether_cli::bench::run(*args)
         }
     }
 }
 
-/// Sends `tracing` output to stderr (stdout carries only what a subcommand promises, such as
-/// `serve`'s ready line), filtered by `RUST_LOG`, else by `default`.
-fn init_logging(default: &str) {
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(&directives)
-            .unwrap_or_else(|error| {
-                eprintln!("tether: ignoring RUST_LOG={directives:?}: {error}");
-                EnvFilter::new(default)
-            }),
-        _ => EnvFilter::new(default),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person watching; log files and test rings get plain text.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+/// Runs a subcommand with logging (`default` unless `RUST_LOG` says otherwise) and, when the
+/// `OTEL_*` variables ask for it, OpenTelemetry export, flushed before returning.
+fn exporting(
+    default: &str,
+    subcommand: impl FnOnce() -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
+    let telemetry = telemetry::init(default)?;
+    let outcome = subcommand();
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    outcome
 }

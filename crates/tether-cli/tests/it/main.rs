@@ -21,4 +21,5 @@ mod restart;
 mod sdk_matrix;
 mod sdk_matrix_modern;
 mod serve;
+mod telemetry;
 mod two_nodes;
