@@ -545,7 +545,7 @@ async fn a_hanging_or_failing_collector_breaks_nothing_and_its_losses_are_counte
         spec = spec.env("OTEL_BSP_MAX_QUEUE_SIZE", "2");
         let mut server = spec.start().await.unwrap();
         let env = otel_env(endpoint, protocol, "tether-call");
-        for _ in 0..6 {
+        for _ in 0..4 {
             let started = Instant::now();
             let output = run_call(
                 &[
@@ -622,4 +622,44 @@ async fn an_unknown_otlp_protocol_is_a_usage_error() {
         stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && stderr.contains("thrift"),
         "{stderr}"
     );
+}
+
+/// `tether connect` under the Python SDK's stdio client: the client spans of its calls reach
+/// the collector, exported as it exits when the stdio client closes its stdin.
+#[tokio::test]
+async fn tether_connect_exports_its_spans_before_it_exits() {
+    let receiver = Receiver::start("ok").await.unwrap();
+    let server = ServerSpec::tether_serve().unwrap().start().await.unwrap();
+    // The SDK starts a stdio server with a minimal environment of its own: `env` hands the
+    // OTEL variables to `tether connect`.
+    let env: Vec<String> = otel_env(&receiver.http, "http/protobuf", "tether-connect")
+        .into_iter()
+        // The default batch delay (5 s), so that the spans go out in the flush at exit.
+        .filter(|(key, _)| key != "OTEL_BSP_SCHEDULE_DELAY")
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    let mut command = Command::new(peers::python().unwrap());
+    command
+        .arg(interop_dir().join("python/stdio_client.py"))
+        .arg("A:3:0,B:2:0")
+        .arg("--")
+        .arg("env")
+        .args(&env)
+        .arg(tether_bin().unwrap())
+        .args(["connect", server.url()])
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(RUN_TIMEOUT, command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    // No waiting here: what `tether connect` exported, it exported before exiting.
+    let spans = receiver.spans().unwrap();
+    let calls = named(&spans, "tether-connect", "tools/call count");
+    assert_eq!(calls.len(), 2, "{}", lines(&spans));
+    for call in calls {
+        assert_eq!(call["kind"], CLIENT, "{call}");
+        assert!(attribute(call, "error.type").is_null(), "{call}");
+    }
 }
