@@ -36,14 +36,27 @@ fn tether(args: &[&str]) -> anyhow::Result<Command> {
 
 /// Runs `tether call ARGS` to completion.
 async fn run_call(args: &[&str]) -> anyhow::Result<Output> {
-    let child = tether(args)?.spawn().context("spawning tether call")?;
+    run_call_with_env(args, &[]).await
+}
+
+/// Runs `tether call ARGS` to completion with `env` added to its environment.
+pub(crate) async fn run_call_with_env(
+    args: &[&str],
+    env: &[(String, String)],
+) -> anyhow::Result<Output> {
+    let mut command = tether(args)?;
+    command.envs(
+        env.iter()
+            .map(|(key, value)| (key.as_str(), value.as_str())),
+    );
+    let child = command.spawn().context("spawning tether call")?;
     tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
         .await
         .with_context(|| format!("tether call {args:?} did not exit"))?
         .context("waiting for tether call")
 }
 
-fn describe(output: &Output) -> String {
+pub(crate) fn describe(output: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
         output.status.code(),

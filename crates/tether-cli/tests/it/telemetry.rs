@@ -7,9 +7,10 @@
 //! spans is counted on `/metrics`.
 
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use super::call::{describe, run_call_with_env as run_call};
 use anyhow::{Context as _, bail, ensure};
 use serde_json::Value;
 use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec, tether_bin};
@@ -152,33 +153,6 @@ async fn exporting_server(
     Ok(spec.start().await?)
 }
 
-/// Runs `tether call ARGS` with `env` to completion.
-async fn run_call(args: &[&str], env: &[(String, String)]) -> anyhow::Result<Output> {
-    let mut command = Command::new(tether_bin()?);
-    command
-        .arg("call")
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = command.spawn().context("spawning tether call")?;
-    tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
-        .await
-        .with_context(|| format!("tether call {args:?} did not exit"))?
-        .context("waiting for tether call")
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
 fn named<'a>(spans: &'a [Value], service: &str, name: &str) -> Vec<&'a Value> {
     spans
         .iter()
@@ -188,10 +162,15 @@ fn named<'a>(spans: &'a [Value], service: &str, name: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-fn only<'a>(spans: &[&'a Value], what: &str, all: &[Value]) -> anyhow::Result<&'a Value> {
-    match spans {
-        [one] => Ok(one),
-        _ => bail!("{} spans of {what}, not one:\n{}", spans.len(), lines(all)),
+/// The one span `service` sent under `name`; panics, showing what arrived, if not one.
+fn the_span<'a>(received: &'a [Value], service: &str, name: &str) -> &'a Value {
+    match named(received, service, name)[..] {
+        [one] => one,
+        ref spans => panic!(
+            "{} spans {name:?} of {service}, not one:\n{}",
+            spans.len(),
+            lines(received)
+        ),
     }
 }
 
@@ -249,18 +228,8 @@ async fn a_cut_call_is_one_trace_from_the_client_through_the_server_and_its_resu
         )
         .await
         .unwrap();
-    let client = only(
-        &named(&received, "tether-call", "tools/call count"),
-        "the client",
-        &received,
-    )
-    .unwrap();
-    let server_span = only(
-        &named(&received, "tether-server", "tools/call count"),
-        "the server",
-        &received,
-    )
-    .unwrap();
+    let client = the_span(&received, "tether-call", "tools/call count");
+    let server_span = the_span(&received, "tether-server", "tools/call count");
     let trace = &client["trace_id"];
     assert_eq!(client["kind"], CLIENT, "{client}");
     assert_eq!(client["protocol"], "grpc");
@@ -409,24 +378,9 @@ async fn a_python_sdk_trace_runs_through_the_gateway_into_the_python_stdio_serve
         })
         .await
         .unwrap();
-    let caller = only(
-        &named(&received, "python-client", "MCP send tools/call count"),
-        "the caller",
-        &received,
-    )
-    .unwrap();
-    let gateway = only(
-        &named(&received, "tether-gateway", "tools/call count"),
-        "the gateway",
-        &received,
-    )
-    .unwrap();
-    let tool = only(
-        &named(&received, "python-server", "tools/call count"),
-        "the tool",
-        &received,
-    )
-    .unwrap();
+    let caller = the_span(&received, "python-client", "MCP send tools/call count");
+    let gateway = the_span(&received, "tether-gateway", "tools/call count");
+    let tool = the_span(&received, "python-server", "tools/call count");
     assert_eq!(
         caller["trace_id"],
         gateway["trace_id"],
@@ -471,18 +425,8 @@ async fn a_failed_call_carries_error_type_on_both_sides() {
         })
         .await
         .unwrap();
-    let server_span = only(
-        &named(&received, "tether-server", "tools/call no_such_tool"),
-        "the server",
-        &received,
-    )
-    .unwrap();
-    let client = only(
-        &named(&received, "tether-call", "tools/call no_such_tool"),
-        "the client",
-        &received,
-    )
-    .unwrap();
+    let server_span = the_span(&received, "tether-server", "tools/call no_such_tool");
+    let client = the_span(&received, "tether-call", "tools/call no_such_tool");
     assert_eq!(client["protocol"], "http/json");
     let code = attribute(server_span, "rpc.response.status_code")
         .as_str()
