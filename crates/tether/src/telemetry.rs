@@ -18,7 +18,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
-use tether_proto::jsonrpc::{Request, Response as RpcResponse};
+use tether_proto::jsonrpc::{Request, RequestId, Response as RpcResponse};
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -56,17 +56,23 @@ fn target_of<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a str> {
     params?.get(key)?.as_str()
 }
 
-/// `{mcp.method.name} {target}`, or the method alone.
-fn span_name(method: &str, target: Option<&str>) -> String {
-    match target {
-        Some(target) => format!("{method} {target}"),
-        None => method.to_owned(),
+/// `{mcp.method.name} {target}`, or the method alone; formatted only if a subscriber records
+/// the span, so an unrecorded request allocates nothing for its name.
+struct SpanName<'a>(&'a str, Option<&'a str>);
+
+impl std::fmt::Display for SpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            Some(target) => write!(f, "{} {target}", self.0),
+            None => f.write_str(self.0),
+        }
     }
 }
 
-/// The span of `request` at `side`: named `{method} {target}`, with the MCP attributes that
-/// are known when it starts. [`record_outcome`] adds the error ones.
-pub(crate) fn request_span(
+/// The span of a request at `side`: named `{method} {target}`, with the MCP attributes that
+/// are known when it starts; [`Operation::answered`] and [`Operation::failed`] add the error
+/// ones.
+fn request_span(
     side: Side,
     method: &str,
     params: Option<&Value>,
@@ -75,7 +81,6 @@ pub(crate) fn request_span(
     version: Option<&str>,
 ) -> Span {
     let target = target_of(method, params);
-    let name = span_name(method, target);
     let (tool, prompt) = match method {
         "tools/call" => (target, None),
         "prompts/get" => (None, target),
@@ -88,7 +93,7 @@ pub(crate) fn request_span(
     };
     tracing::info_span!(
         "request",
-        otel.name = name,
+        otel.name = %SpanName(method, target),
         otel.kind = kind,
         otel.status_code = Empty,
         mcp.method.name = method,
@@ -103,6 +108,108 @@ pub(crate) fn request_span(
         error.type = Empty,
         rpc.response.status_code = Empty,
     )
+}
+
+/// What went wrong with a request answered with `response`, in the conventions' terms: the
+/// JSON-RPC error code, `tool_error` for a tool result with `isError: true`, `cancelled` for
+/// no answer. `None` for success.
+fn error_type(response: Option<&RpcResponse>) -> Option<String> {
+    match response {
+        None => Some("cancelled".to_owned()),
+        Some(RpcResponse::Error(error)) => Some(error.error.code.to_string()),
+        Some(RpcResponse::Result(result)) => (result.result.get("isError")
+            == Some(&Value::Bool(true)))
+        .then(|| "tool_error".to_owned()),
+    }
+}
+
+/// One request as telemetry sees it, from either side: its span and, with `otel`, its
+/// duration, recorded on `mcp.client.operation.duration` or `mcp.server.operation.duration`
+/// once it is answered or fails, or as `cancelled` when it is dropped first.
+pub(crate) struct Operation {
+    span: Span,
+    #[cfg(feature = "otel")]
+    timing: otel::Timing,
+}
+
+impl Operation {
+    fn start(
+        side: Side,
+        method: &str,
+        params: Option<&Value>,
+        id: &dyn std::fmt::Display,
+        session: Option<&str>,
+        version: Option<&'static str>,
+    ) -> Self {
+        Self {
+            span: request_span(side, method, params, id, session, version),
+            #[cfg(feature = "otel")]
+            timing: otel::Timing::start(side, method, version),
+        }
+    }
+
+    /// The client's side of a request about to be sent: its context is written into
+    /// `params._meta`, so the server continues this trace.
+    pub(crate) fn client(
+        method: &str,
+        params: &mut Option<Value>,
+        id: &RequestId,
+        session: Option<&str>,
+        version: Option<&'static str>,
+    ) -> Self {
+        let operation = Self::start(Side::Client, method, params.as_ref(), id, session, version);
+        inject_meta(&operation.span, params);
+        operation
+    }
+
+    /// The server's side of `request`, continuing the caller's trace from its `_meta`.
+    pub(crate) fn server(request: &Request, session: Option<&str>, version: &'static str) -> Self {
+        let params = request.params.as_ref();
+        let operation = Self::start(
+            Side::Server,
+            &request.method,
+            params,
+            &request.id,
+            session,
+            Some(version),
+        );
+        continue_from_meta(&operation.span, params);
+        operation
+    }
+
+    /// The request's span.
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// The request ended with `response`, or (`None`) was cancelled before it: `error.type`
+    /// is the JSON-RPC code, `tool_error` for a result with `isError: true`, or `cancelled`,
+    /// and an error answer's code is also `rpc.response.status_code`.
+    pub(crate) fn answered(self, response: Option<&RpcResponse>) {
+        if let Some(RpcResponse::Error(answer)) = response {
+            self.span
+                .record("rpc.response.status_code", answer.error.code.to_string());
+        }
+        self.end(error_type(response));
+    }
+
+    /// The request failed without an answer, for the reason `error_type` names (a client
+    /// error's [`kind_name`](crate::client::Error::kind_name)).
+    pub(crate) fn failed(self, error_type: &str) {
+        self.end(Some(error_type.to_owned()));
+    }
+
+    fn end(self, error: Option<String>) {
+        if let Some(error) = &error {
+            self.span.record("error.type", error.as_str());
+            self.span.record("otel.status_code", "ERROR");
+        }
+        #[cfg(feature = "otel")]
+        {
+            let mut timing = self.timing;
+            timing.error = error;
+        }
+    }
 }
 
 /// The span of a GET that resumes a stream after `last_event_id` (or a task's stream after
@@ -131,78 +238,6 @@ pub(crate) fn record_replayed(span: &Span, replayed: u64, sent: u64) {
     span.record("tether.resume.events_sent", count(sent));
 }
 
-/// What went wrong with a request whose answer is `response`, in the conventions' terms: the
-/// JSON-RPC error code, or `tool_error` for a tool result with `isError: true`. `None` for
-/// success.
-pub(crate) fn error_type(response: &RpcResponse) -> Option<String> {
-    match response {
-        RpcResponse::Error(error) => Some(error.error.code.to_string()),
-        RpcResponse::Result(result) => (result.result.get("isError") == Some(&Value::Bool(true)))
-            .then(|| "tool_error".to_owned()),
-    }
-}
-
-/// Records the outcome of a request on its span: `error.type`, `rpc.response.status_code`
-/// and an error status when it failed. `error` is [`error_type`], or why no answer came (a
-/// transport failure on the client, `cancelled`).
-pub(crate) fn record_outcome(span: &Span, response: Option<&RpcResponse>, error: Option<&str>) {
-    if let Some(RpcResponse::Error(answer)) = response {
-        span.record("rpc.response.status_code", answer.error.code.to_string());
-    }
-    if let Some(error) = error {
-        span.record("error.type", error);
-        span.record("otel.status_code", "ERROR");
-    }
-}
-
-/// A request's duration, recorded on `mcp.client.operation.duration` or
-/// `mcp.server.operation.duration` when the request ends (or is dropped unanswered).
-pub(crate) struct OperationTimer {
-    side: Side,
-    method: String,
-    version: Option<String>,
-    started: std::time::Instant,
-    error: Option<String>,
-}
-
-impl OperationTimer {
-    pub(crate) fn start(side: Side, method: &str, version: Option<&str>) -> Self {
-        Self {
-            side,
-            method: method.to_owned(),
-            version: version.map(str::to_owned),
-            started: std::time::Instant::now(),
-            error: Some("cancelled".to_owned()),
-        }
-    }
-
-    /// The request ended: with `error` (an [`error_type`]) or successfully.
-    pub(crate) fn finish(&mut self, error: Option<&str>) {
-        self.error = error.map(str::to_owned);
-    }
-}
-
-impl Drop for OperationTimer {
-    fn drop(&mut self) {
-        #[cfg(feature = "otel")]
-        otel::record_operation(
-            self.side,
-            &self.method,
-            self.version.as_deref(),
-            self.error.as_deref(),
-            self.started.elapsed().as_secs_f64(),
-        );
-        #[cfg(not(feature = "otel"))]
-        let _ = (
-            self.side,
-            &self.method,
-            &self.version,
-            &self.error,
-            self.started,
-        );
-    }
-}
-
 /// Records a session's whole life on `mcp.client.session.duration` or
 /// `mcp.server.session.duration`.
 pub(crate) fn record_session(side: Side, version: Option<&str>, lived: std::time::Duration) {
@@ -218,7 +253,7 @@ const CONTEXT_FIELDS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
 
 /// Parents `span` on the trace context in `params._meta` (`traceparent`, `tracestate`,
 /// `baggage`), if it carries a valid one; the span then continues the caller's trace.
-pub(crate) fn continue_from_meta(span: &Span, params: Option<&Value>) {
+fn continue_from_meta(span: &Span, params: Option<&Value>) {
     let Some(Value::Object(meta)) = params.and_then(|params| params.get("_meta")) else {
         return;
     };
@@ -279,30 +314,13 @@ pub(crate) fn context_headers(span: &Span) -> Vec<(String, String)> {
     }
 }
 
-/// The span of `request` on the server, continuing the caller's trace from its `_meta`.
-pub(crate) fn server_request_span(
-    request: &Request,
-    session: Option<&str>,
-    version: Option<&str>,
-) -> Span {
-    let span = request_span(
-        Side::Server,
-        &request.method,
-        request.params.as_ref(),
-        &request.id,
-        session,
-        version,
-    );
-    continue_from_meta(&span, request.params.as_ref());
-    span
-}
-
 #[cfg(feature = "otel")]
 mod otel {
     //! The OpenTelemetry side of the module: contexts through the global propagator, and
     //! the histograms on the global meter, made once.
 
     use std::sync::OnceLock;
+    use std::time::Instant;
 
     use opentelemetry::KeyValue;
     use opentelemetry::metrics::Histogram;
@@ -358,25 +376,46 @@ mod otel {
         })
     }
 
-    pub(super) fn record_operation(
+    /// A request's duration, recorded when dropped: with `error` as `error.type`, which
+    /// stays `cancelled` unless the request ended otherwise.
+    pub(super) struct Timing {
         side: Side,
-        method: &str,
-        version: Option<&str>,
-        error: Option<&str>,
-        seconds: f64,
-    ) {
-        let mut attributes = vec![KeyValue::new("mcp.method.name", method.to_owned())];
-        if let Some(version) = version {
-            attributes.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
+        method: String,
+        version: Option<&'static str>,
+        started: Instant,
+        pub(super) error: Option<String>,
+    }
+
+    impl Timing {
+        pub(super) fn start(side: Side, method: &str, version: Option<&'static str>) -> Self {
+            Self {
+                side,
+                method: method.to_owned(),
+                version,
+                started: Instant::now(),
+                error: Some("cancelled".to_owned()),
+            }
         }
-        if let Some(error) = error {
-            attributes.push(KeyValue::new("error.type", error.to_owned()));
+    }
+
+    impl Drop for Timing {
+        fn drop(&mut self) {
+            let mut attributes = vec![KeyValue::new(
+                "mcp.method.name",
+                std::mem::take(&mut self.method),
+            )];
+            if let Some(version) = self.version {
+                attributes.push(KeyValue::new("mcp.protocol.version", version));
+            }
+            if let Some(error) = self.error.take() {
+                attributes.push(KeyValue::new("error.type", error));
+            }
+            let histogram = match self.side {
+                Side::Client => &instruments().client_operation,
+                Side::Server => &instruments().server_operation,
+            };
+            histogram.record(self.started.elapsed().as_secs_f64(), &attributes);
         }
-        let histogram = match side {
-            Side::Client => &instruments().client_operation,
-            Side::Server => &instruments().server_operation,
-        };
-        histogram.record(seconds, &attributes);
     }
 
     pub(super) fn record_session(side: Side, version: Option<&str>, seconds: f64) {
@@ -441,37 +480,36 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn a_span_is_named_after_the_method_and_its_target() {
-        let params = json!({"name": "count", "arguments": {}});
-        assert_eq!(
-            span_name("tools/call", target_of("tools/call", Some(&params))),
-            "tools/call count"
-        );
-        let read = json!({"uri": "file:///a"});
-        assert_eq!(
-            span_name("resources/read", target_of("resources/read", Some(&read))),
-            "resources/read file:///a"
-        );
-        assert_eq!(
-            span_name("tools/list", target_of("tools/list", None)),
-            "tools/list"
-        );
-        // A name that is not a string names nothing.
-        let odd = json!({"name": 7});
-        assert_eq!(target_of("tools/call", Some(&odd)), None);
+    fn name(method: &str, params: Option<&Value>) -> String {
+        SpanName(method, target_of(method, params)).to_string()
     }
 
     #[test]
-    fn the_error_type_is_the_code_or_a_tool_error() {
-        use tether_proto::jsonrpc::{ErrorObject, RequestId};
+    fn a_span_is_named_after_the_method_and_its_target() {
+        let params = json!({"name": "count", "arguments": {}});
+        assert_eq!(name("tools/call", Some(&params)), "tools/call count");
+        let read = json!({"uri": "file:///a"});
+        assert_eq!(
+            name("resources/read", Some(&read)),
+            "resources/read file:///a"
+        );
+        assert_eq!(name("tools/list", None), "tools/list");
+        // A name that is not a string names nothing.
+        let odd = json!({"name": 7});
+        assert_eq!(name("tools/call", Some(&odd)), "tools/call");
+    }
+
+    #[test]
+    fn the_error_type_is_the_code_a_tool_error_or_cancelled() {
+        use tether_proto::jsonrpc::ErrorObject;
         let id = RequestId::from(1_i64);
         let failed = RpcResponse::error(Some(id.clone()), ErrorObject::new(-32602, "bad"));
-        assert_eq!(error_type(&failed).as_deref(), Some("-32602"));
+        assert_eq!(error_type(Some(&failed)).as_deref(), Some("-32602"));
         let tool = RpcResponse::success(id.clone(), json!({"isError": true, "content": []}));
-        assert_eq!(error_type(&tool).as_deref(), Some("tool_error"));
+        assert_eq!(error_type(Some(&tool)).as_deref(), Some("tool_error"));
         let fine = RpcResponse::success(id, json!({"content": []}));
-        assert_eq!(error_type(&fine), None);
+        assert_eq!(error_type(Some(&fine)), None);
+        assert_eq!(error_type(None).as_deref(), Some("cancelled"));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use super::modern;
 use super::session::{Client, Inner, read_body, response_kind};
 use super::stream::{Delivery, Driver, MessageStream};
 use super::transport::{self, Failed};
-use crate::telemetry::{self, OperationTimer, Side};
+use crate::telemetry::Operation;
 use tracing::Instrument as _;
 
 impl Client {
@@ -113,56 +113,47 @@ impl Client {
         mut params: Option<Value>,
     ) -> Result<MessageStream, Error> {
         let inner = &self.inner;
-        if self.is_modern() {
-            let id = RequestId::from(inner.next_id.fetch_add(1, Ordering::Relaxed));
-            let version = ProtocolVersion::MODERN.as_str();
-            let span = telemetry::request_span(
-                Side::Client,
-                method,
-                params.as_ref(),
-                &id,
-                None,
-                Some(version),
-            );
-            let timer = OperationTimer::start(Side::Client, method, Some(version));
-            telemetry::inject_meta(&span, &mut params);
+        let modern = self.is_modern();
+        if !modern {
+            inner.ensure_initialized().await?;
+        }
+        let id = RequestId::from(inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let session = inner.transport.session();
+        let (session_id, version) = if modern {
+            (None, Some(ProtocolVersion::MODERN.as_str()))
+        } else {
+            (
+                session.id.as_deref(),
+                session.version.map(ProtocolVersion::as_str),
+            )
+        };
+        let operation = Operation::client(method, &mut params, &id, session_id, version);
+        let span = operation.span().clone();
+        if modern {
             let (tx, rx) = mpsc::channel(inner.config.stream_buffer.max(1));
             let exchange =
                 Arc::clone(inner).modern_exchange(id.clone(), method.to_owned(), params, tx);
-            tokio::spawn(exchange.instrument(span.clone()));
+            tokio::spawn(exchange.instrument(span));
             return Ok(self
-                .stream(rx, Some(id), &inner.transport.session())
-                .with_operation(span, timer));
+                .stream(rx, Some(id), &session)
+                .with_operation(operation));
         }
-        inner.ensure_initialized().await?;
-        let id = RequestId::from(inner.next_id.fetch_add(1, Ordering::Relaxed));
-        let session = inner.transport.session();
-        let version = session.version.map(ProtocolVersion::as_str);
-        let span = telemetry::request_span(
-            Side::Client,
-            method,
-            params.as_ref(),
-            &id,
-            session.id.as_deref(),
-            version,
-        );
-        let timer = OperationTimer::start(Side::Client, method, version);
-        telemetry::inject_meta(&span, &mut params);
-        self.send_request(id, method, params, span.clone())
-            .instrument(span.clone())
+        self.send_request(id, method, params)
+            .instrument(span)
             .await
-            .map(|stream| stream.with_operation(span, timer))
+            .map(|stream| stream.with_operation(operation))
     }
 
-    /// The 2025 era's part of [`request`](Self::request): POSTs it and hands its answer, an
-    /// SSE stream (followed by a driver running in `span`) or a JSON body, to a stream.
+    /// The 2025 era's part of [`request`](Self::request), run in the request's span: POSTs it
+    /// and hands its answer, an SSE stream (whose driver runs in the same span) or a JSON
+    /// body, to a stream.
     async fn send_request(
         &self,
         id: RequestId,
         method: &str,
         params: Option<Value>,
-        span: tracing::Span,
     ) -> Result<MessageStream, Error> {
+        let span = tracing::Span::current();
         let inner = &self.inner;
         let body = Message::from(Request::new(id.clone(), method, params)).to_vec();
         let buffer = inner.config.stream_buffer.max(1);

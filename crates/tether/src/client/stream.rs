@@ -41,7 +41,7 @@ use super::error::Error;
 use super::retry::rng;
 use super::session::{Client, Inner};
 use super::token::ResumptionToken;
-use crate::telemetry::{self, OperationTimer};
+use crate::telemetry::Operation;
 
 /// What the stream task hands to the application's end, in stream order.
 #[derive(Debug)]
@@ -85,9 +85,9 @@ pub struct MessageStream {
     uncommitted: Option<String>,
     committed: Option<String>,
     pub(super) task_id: Option<String>,
-    /// The request's client span and duration, told its outcome when the final response or
-    /// the stream's error arrives.
-    operation: Option<(tracing::Span, OperationTimer)>,
+    /// The request as telemetry sees it, told its outcome when the final response or the
+    /// stream's error arrives.
+    operation: Option<Operation>,
 }
 
 impl std::fmt::Debug for MessageStream {
@@ -123,18 +123,10 @@ impl MessageStream {
         }
     }
 
-    /// This stream, answering the request whose client span and timer are `operation`.
-    pub(crate) fn with_operation(mut self, span: tracing::Span, timer: OperationTimer) -> Self {
-        self.operation = Some((span, timer));
+    /// This stream, answering the request that `operation` is.
+    pub(crate) fn with_operation(mut self, operation: Operation) -> Self {
+        self.operation = Some(operation);
         self
-    }
-
-    /// Tells the request's span and timer how it ended.
-    fn finish_operation(&mut self, response: Option<&RpcResponse>, error: Option<&str>) {
-        if let Some((span, mut timer)) = self.operation.take() {
-            telemetry::record_outcome(&span, response, error);
-            timer.finish(error);
-        }
     }
 
     /// Commits the previously returned message, then waits for the next one. `None` once the
@@ -169,15 +161,17 @@ impl MessageStream {
                     if let Message::Response(response) = &message
                         && self.request_id.is_some()
                         && response.id() == self.request_id.as_ref()
+                        && let Some(operation) = self.operation.take()
                     {
-                        let error = telemetry::error_type(response);
-                        self.finish_operation(Some(response), error.as_deref());
+                        operation.answered(Some(response));
                     }
                     self.uncommitted = event_id;
                     return Some(Ok(message));
                 }
                 Delivery::Failed(error) => {
-                    self.finish_operation(None, Some(error.kind_name()));
+                    if let Some(operation) = self.operation.take() {
+                        operation.failed(error.kind_name());
+                    }
                     self.rx.close();
                     return Some(Err(error));
                 }

@@ -247,9 +247,12 @@ impl Inner {
                 Err(error @ (Error::Network(_) | Error::Timeout)) => error,
                 Err(error) => return Err(error),
             };
-            tracing::debug!(%lost, task, "a task stream was cut; reading again after {last:?}");
+            // An event of the request's span (docs/TELEMETRY.md), and the log line saying
+            // why the stream is read again.
             tracing::info!(
                 error.type = lost.kind_name(),
+                error = %lost,
+                task,
                 tether.task.cursor = ?last,
                 "tether.reconnect"
             );

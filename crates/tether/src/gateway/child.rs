@@ -268,11 +268,10 @@ impl Child {
     /// token the request carries in place of the client's, if it was replaced.
     pub(super) async fn call(
         &self,
-        request: Request,
+        mut request: Request,
         context: RequestContext,
         child_token: Option<String>,
     ) -> Result<Value, ErrorObject> {
-        let mut request = request;
         // The child continues the trace from this request's server span, so one trace runs
         // from the caller through the gateway into the tool.
         crate::telemetry::inject_meta(&tracing::Span::current(), &mut request.params);

@@ -43,7 +43,7 @@ use super::mrtr::Interrupt;
 use super::session::{InFlightSlot, SessionRuntime};
 use super::state::ServerState;
 use crate::store::{StoreError, StreamKind};
-use crate::telemetry::{self, OperationTimer, Side};
+use crate::telemetry::Operation;
 use tether_proto::version::ProtocolVersion;
 
 /// A cancelled handler gets this long to notice (`RequestContext::cancelled`) and return
@@ -425,22 +425,14 @@ pub(crate) async fn run_handler(
     modern: Option<Arc<ModernRequest>>,
 ) -> Option<RpcResponse> {
     let (session, version) = match &modern {
-        Some(_) => (None, ProtocolVersion::MODERN.to_string()),
-        None => (
-            Some(runtime.record().id.to_string()),
-            runtime.version().to_string(),
-        ),
+        Some(_) => (None, ProtocolVersion::MODERN),
+        None => (Some(runtime.record().id.as_str()), runtime.version()),
     };
-    let span = telemetry::server_request_span(&request, session.as_deref(), Some(&version));
-    let mut timer = OperationTimer::start(Side::Server, &request.method, Some(&version));
+    let operation = Operation::server(&request, session, version.as_str());
     let response = run_to_response(state, runtime, request, slot, related, modern)
-        .instrument(span.clone())
+        .instrument(operation.span().clone())
         .await;
-    let error = response
-        .as_ref()
-        .map_or_else(|| Some("cancelled".to_owned()), telemetry::error_type);
-    telemetry::record_outcome(&span, response.as_ref(), error.as_deref());
-    timer.finish(error.as_deref());
+    operation.answered(response.as_ref());
     response
 }
 

@@ -540,7 +540,7 @@ pub(crate) async fn get(
     tracing::debug!(session = %runtime.record().id, stream = %id.stream, seq = id.seq, "resume");
     let span = telemetry::resume_span(
         &id.to_string(),
-        Some(&runtime.record().id.to_string()),
+        Some(runtime.record().id.as_str()),
         state.node_id.to_str().unwrap_or_default(),
     );
     telemetry::continue_from(&span, |name| {

@@ -322,7 +322,7 @@ impl ServerState {
             runtime.close();
             telemetry::record_session(
                 Side::Server,
-                Some(&runtime.version().to_string()),
+                Some(runtime.version().as_str()),
                 runtime.age(),
             );
             self.handler.session_closed(id);
