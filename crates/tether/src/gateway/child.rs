@@ -193,7 +193,7 @@ impl Child {
     pub(super) fn fail(&self, why: String) {
         let session = &self.owner;
         if self.die(why.clone()) {
-            tracing::error!(%session, reason = %why, "stdio server failed; ending its session");
+            tracing::error!(%session, reason = %why, "stdio server failed");
         }
         self.stop.cancel();
     }

@@ -35,6 +35,10 @@
 //! same code; a legacy session that outlived its in-process server (a restart) gets a new one
 //! on its next request, started with the client's own handshake as the session store kept it.
 //!
+//! [`FederatedGateway`] puts many stdio servers behind one endpoint, one `StdioGateway` per
+//! upstream (`federation`); there a session's child that dies is started again on the
+//! session's next request instead of ending the session.
+//!
 //! A child that exits, writes a line that is not a JSON-RPC message (or longer than
 //! [`GatewayConfig::max_line_bytes`]) or does not answer `initialize` in time fails its
 //! session: the requests in flight get JSON-RPC errors and the session answers 404 from then
@@ -58,6 +62,7 @@ use crate::server::{Handler, RequestContext, ServerInfo, SessionContext, TaskSup
 
 mod child;
 mod config;
+mod federation;
 #[cfg_attr(
     not(feature = "rmcp"),
     expect(
@@ -73,7 +78,11 @@ pub(crate) use in_process::{PipeClosed, ServerInput, ServerOutput, ServerPipe};
 
 use child::{Child, Owner, gateway_error};
 pub(crate) use config::Launch;
-pub use config::{DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_MAX_LINE_BYTES, GatewayConfig};
+pub use config::{
+    DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_MAX_LINE_BYTES, DEFAULT_SEPARATOR, FederationConfig,
+    FederationError, GatewayConfig, NameFilter, UpstreamConfig,
+};
+pub use federation::{FederatedGateway, Reloaded};
 
 /// The gateway [`Handler`]; see the module docs.
 #[derive(Debug)]
@@ -89,6 +98,11 @@ pub struct StdioGateway {
     next_id: AtomicU64,
     /// The legacy sessions whose in-process server is being started again (see `revive`).
     reviving: Mutex<HashMap<SessionId, Arc<Reviving>>>,
+    /// Whether a legacy session's child that died (or that this gateway never started: an
+    /// upstream a reload added) is started again on the session's next request, rather than
+    /// the session ending with it: a federation's upstreams, one of which must not take the
+    /// session down.
+    restarts: bool,
 }
 
 /// One session's revival: requests of the session wait for it, and a session that ends
@@ -127,6 +141,16 @@ impl StdioGateway {
             principals: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             reviving: Mutex::new(HashMap::new()),
+            restarts: false,
+        }
+    }
+
+    /// A gateway of one federation's upstream: a session's child that died is started again
+    /// on the session's next request, with the session's handshake.
+    pub(crate) fn restarting(config: GatewayConfig) -> Self {
+        Self {
+            restarts: true,
+            ..Self::launching(config, Launch::Process)
         }
     }
 
@@ -175,8 +199,9 @@ impl StdioGateway {
         Ok(started)
     }
 
-    /// A new in-process server for legacy session `session`, which outlived its server (this
-    /// process restarted): started with the client's own handshake (its `clientInfo` and
+    /// A new child for legacy session `session`, which outlived its in-process server (this
+    /// process restarted) or, in a federation, its child (it died, or a reload added the
+    /// upstream): started with the client's own handshake (its `clientInfo` and
     /// capabilities, which the session store keeps) at the session's version, or the
     /// gateway's where the store has none, so the session goes on. Concurrent requests
     /// of the session share one start; other sessions' starts do not wait for it.
@@ -200,7 +225,9 @@ impl StdioGateway {
         reviving: &Reviving,
     ) -> Result<Arc<Child>, ErrorObject> {
         let id = session.session_id();
-        if let Some(child) = self.child(id) {
+        if let Some(child) = self.child(id)
+            && !child.is_dead()
+        {
             return Ok(child);
         }
         let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
@@ -225,7 +252,7 @@ impl StdioGateway {
             return Err(gateway_error("the session ended"));
         }
         children.insert(id.clone(), Arc::clone(&child));
-        tracing::info!(session = %id, "the session's server was started again after a restart");
+        tracing::info!(session = %id, "the session's server was started again");
         Ok(child)
     }
 
@@ -407,11 +434,11 @@ impl Handler for StdioGateway {
         }
         let session = context.session().session_id().clone();
         let child = match (self.child(&session), &self.launch) {
-            (Some(child), _) => child,
-            (None, Launch::InProcess(_)) => self.revive(context.session()).await?,
-            (None, Launch::Process) => {
+            (Some(child), _) if !(self.restarts && child.is_dead()) => child,
+            (None, Launch::Process) if !self.restarts => {
                 return Err(gateway_error("this session's stdio server is not running"));
             }
+            _ => self.revive(context.session()).await?,
         };
         child.call(request, context, None).await
     }

@@ -1,0 +1,759 @@
+//! The federating gateway: many stdio servers behind one endpoint, their tools, prompts and
+//! resources merged.
+//!
+//! [`FederatedGateway`] is a [`Handler`] over one [`StdioGateway`] per upstream
+//! ([`FederationConfig`]), each running its own children exactly as a single gateway does (one
+//! per legacy session, one per 2026-07-28 principal), so everything a child says still goes
+//! through the request contexts and is stored before it is sent. What the federation adds is
+//! naming and routing:
+//!
+//! - `initialize` starts every upstream's child for the session and answers the union of their
+//!   capabilities; `server/discover` likewise for a principal.
+//! - `tools/list`, `prompts/list`, `resources/list` and `resources/templates/list` ask every
+//!   upstream and merge the pages; tool and prompt names become `<prefix><separator><name>`
+//!   (the prefix is the upstream's name unless the config says otherwise). The next cursor
+//!   holds each upstream's own cursor, so a client that pages gets every upstream's every page.
+//! - `tools/call`, `prompts/get` and `completion/complete` go to the upstream their name's
+//!   prefix names, with the name it knows; `resources/read`, `subscribe` and `unsubscribe` to
+//!   the upstream that listed the URI (else the first that can read it). Validation refuses
+//!   prefixes of which one, with the separator, begins another, so every federated name has
+//!   exactly one upstream.
+//! - Allow and deny rules hide tools and prompts from the lists and refuse their calls as
+//!   unknown names, so a denied tool cannot be told from an absent one.
+//! - An upstream whose child dies fails only its own requests in flight; its next request
+//!   starts a new child with the session's handshake, and the session, its streams and the
+//!   other upstreams carry on (an upstream that does not answer a list is left out of it and
+//!   logged).
+//! - [`reload`](FederatedGateway::reload) swaps in a new set of upstreams: the unchanged keep
+//!   their children, the removed are stopped, the added start on each session's next use, and
+//!   every live legacy session is told with `list_changed`.
+//!
+//! Notifications from the client go to every upstream; server→client requests, progress and
+//! logs of a child reach the caller through the request they belong to, as in one gateway.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use futures_util::future::join_all;
+use serde_json::{Map, Value, json};
+use tether_proto::ids::SessionId;
+use tether_proto::jsonrpc::{ErrorObject, Notification, Request};
+
+use crate::lock;
+use crate::server::{Handler, RequestContext, ServerInfo, SessionContext, TaskSupport};
+
+use super::StdioGateway;
+use super::child::gateway_error;
+use super::config::{FederationConfig, UpstreamConfig};
+
+/// The kinds of list the federation merges: the method, the result's array member, and
+/// whether its entries are named (tools, prompts: prefixed) or addressed by URI (resources).
+const LISTS: [(&str, &str, Entries); 4] = [
+    ("tools/list", "tools", Entries::Tools),
+    ("prompts/list", "prompts", Entries::Prompts),
+    ("resources/list", "resources", Entries::Resources),
+    (
+        "resources/templates/list",
+        "resourceTemplates",
+        Entries::Templates,
+    ),
+];
+
+/// The notifications a reload sends every live legacy session.
+const LIST_CHANGED: [&str; 3] = [
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entries {
+    Tools,
+    Prompts,
+    Resources,
+    Templates,
+}
+
+/// The [`Handler`] of a federating gateway; see the module docs.
+#[derive(Debug)]
+pub struct FederatedGateway {
+    upstreams: RwLock<Arc<Upstreams>>,
+    /// The legacy sessions this process initialized, to tell of a reload and to know which
+    /// sessions it can serve (a child's state does not survive a restart).
+    sessions: Mutex<HashMap<SessionId, SessionContext>>,
+    /// Which upstream listed a resource URI, so that reading it goes there.
+    resource_owners: Mutex<HashMap<String, String>>,
+}
+
+/// One set of upstreams, swapped whole by a reload.
+#[derive(Debug)]
+struct Upstreams {
+    separator: String,
+    members: Vec<Arc<Member>>,
+}
+
+/// One upstream: what the config says of it, and the gateway that runs its children.
+#[derive(Debug)]
+struct Member {
+    config: UpstreamConfig,
+    gateway: StdioGateway,
+}
+
+/// What a reload changed, by upstream name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reloaded {
+    /// Upstreams that were not there before.
+    pub added: Vec<String>,
+    /// Upstreams that are gone; their children were stopped.
+    pub removed: Vec<String>,
+    /// Upstreams whose config changed; their children were stopped and start again on next use.
+    pub changed: Vec<String>,
+}
+
+impl Reloaded {
+    /// Whether the reload changed nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+impl Member {
+    fn new(config: UpstreamConfig) -> Arc<Self> {
+        let gateway = StdioGateway::restarting(config.server.clone());
+        Arc::new(Self { config, gateway })
+    }
+
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// An upstream's error as the caller sees it: which upstream, then what it said.
+    fn blame(&self, mut error: ErrorObject) -> ErrorObject {
+        error.message = format!("upstream {:?}: {}", self.config.name, error.message);
+        error
+    }
+}
+
+impl Upstreams {
+    fn new(config: FederationConfig) -> Self {
+        Self {
+            separator: config.separator,
+            members: config.upstreams.into_iter().map(Member::new).collect(),
+        }
+    }
+
+    /// The upstream a federated name belongs to, and the name it knows.
+    fn route<'a>(&self, federated: &'a str) -> Option<(&Arc<Member>, &'a str)> {
+        self.members.iter().find_map(|member| {
+            let inner = federated
+                .strip_prefix(member.config.prefix())?
+                .strip_prefix(self.separator.as_str())?;
+            (!inner.is_empty()).then_some((member, inner))
+        })
+    }
+
+    fn federated_name(&self, member: &Member, name: &str) -> String {
+        format!("{}{}{name}", member.config.prefix(), self.separator)
+    }
+
+    fn member(&self, name: &str) -> Option<&Arc<Member>> {
+        self.members.iter().find(|member| member.name() == name)
+    }
+}
+
+impl FederatedGateway {
+    /// A gateway over `config`'s upstreams; each starts its children on first use.
+    ///
+    /// # Errors
+    ///
+    /// What [`FederationConfig::validate`] finds.
+    pub fn new(config: FederationConfig) -> Result<Self, super::FederationError> {
+        config.validate()?;
+        Ok(Self {
+            upstreams: RwLock::new(Arc::new(Upstreams::new(config))),
+            sessions: Mutex::new(HashMap::new()),
+            resource_owners: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The upstreams' names, in config order.
+    #[must_use]
+    pub fn upstream_names(&self) -> Vec<String> {
+        self.current()
+            .members
+            .iter()
+            .map(|member| member.name().to_owned())
+            .collect()
+    }
+
+    /// Replaces the upstreams with `config`'s (see the module docs). A config that does not
+    /// validate changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// What [`FederationConfig::validate`] finds.
+    pub async fn reload(
+        &self,
+        config: FederationConfig,
+    ) -> Result<Reloaded, super::FederationError> {
+        config.validate()?;
+        let old = self.current();
+        let mut reloaded = Reloaded::default();
+        let separator_changed = old.separator != config.separator;
+        let members: Vec<Arc<Member>> = config
+            .upstreams
+            .into_iter()
+            .map(|wanted| match old.member(&wanted.name) {
+                Some(kept) if kept.config == wanted => Arc::clone(kept),
+                Some(_) => {
+                    reloaded.changed.push(wanted.name.clone());
+                    Member::new(wanted)
+                }
+                None => {
+                    reloaded.added.push(wanted.name.clone());
+                    Member::new(wanted)
+                }
+            })
+            .collect();
+        let stopped: Vec<Arc<Member>> = old
+            .members
+            .iter()
+            .filter(|member| !members.iter().any(|kept| Arc::ptr_eq(kept, member)))
+            .cloned()
+            .collect();
+        for member in &stopped {
+            if !reloaded.changed.iter().any(|name| name == member.name()) {
+                reloaded.removed.push(member.name().to_owned());
+            }
+        }
+        *self
+            .upstreams
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(Upstreams {
+            separator: config.separator,
+            members,
+        });
+        lock(&self.resource_owners)
+            .retain(|_, owner| !stopped.iter().any(|member| member.name() == owner.as_str()));
+        for member in stopped {
+            member.gateway.shutdown().await;
+        }
+        if !reloaded.is_empty() || separator_changed {
+            self.tell_sessions().await;
+        }
+        Ok(reloaded)
+    }
+
+    /// Sends every live legacy session the `list_changed` notifications.
+    async fn tell_sessions(&self) {
+        let sessions: Vec<SessionContext> = lock(&self.sessions).values().cloned().collect();
+        for session in sessions {
+            for method in LIST_CHANGED {
+                if let Err(error) = session.notify(method, json!({})).await {
+                    tracing::debug!(session = %session.session_id(), error = %crate::error_chain(&error), "list_changed not sent");
+                }
+            }
+        }
+    }
+
+    fn current(&self) -> Arc<Upstreams> {
+        Arc::clone(
+            &self
+                .upstreams
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// A merged list (`method`), one page: every upstream still listed in `cursor` (all of
+    /// them without one) asked for its next page.
+    async fn list(
+        &self,
+        upstreams: &Upstreams,
+        request: &Request,
+        context: &RequestContext,
+        (method, key, entries): (&str, &str, Entries),
+    ) -> Result<Value, ErrorObject> {
+        let cursors = match request.params.as_ref().and_then(|p| p.get("cursor")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(cursor)) => Some(decode_cursor(cursor).ok_or_else(|| {
+                ErrorObject::invalid_params("the cursor is not one this gateway gave")
+            })?),
+            Some(_) => return Err(ErrorObject::invalid_params("cursor must be a string")),
+        };
+        let asked: Vec<(&Arc<Member>, Option<String>)> = upstreams
+            .members
+            .iter()
+            .filter_map(|member| match &cursors {
+                None => Some((member, None)),
+                Some(cursors) => cursors
+                    .get(member.name())
+                    .map(|cursor| (member, Some(cursor.clone()))),
+            })
+            .collect();
+        let pages = join_all(asked.into_iter().map(|(member, cursor)| {
+            let mut forwarded = request.clone();
+            set_param(&mut forwarded, "cursor", cursor.map(Value::String));
+            let context = context.clone();
+            async move {
+                let page = member.gateway.handle_request(forwarded, context).await;
+                (member, page)
+            }
+        }))
+        .await;
+        let mut merged = Vec::new();
+        let mut next = BTreeMap::new();
+        for (member, page) in pages {
+            let page = match page {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(upstream = member.name(), method, error = %error.message, "upstream left out of the list");
+                    continue;
+                }
+            };
+            if let Some(cursor) = page.get("nextCursor").and_then(Value::as_str) {
+                next.insert(member.name().to_owned(), cursor.to_owned());
+            }
+            let Some(Value::Array(items)) = page.get(key) else {
+                continue;
+            };
+            for item in items {
+                if let Some(item) = self.federate(upstreams, member, entries, item) {
+                    merged.push(item);
+                }
+            }
+        }
+        let mut result = json!({ key: merged });
+        if !next.is_empty() {
+            result["nextCursor"] = Value::String(encode_cursor(&next));
+        }
+        Ok(result)
+    }
+
+    /// One upstream's list entry as the caller sees it, `None` if the rules hide it.
+    fn federate(
+        &self,
+        upstreams: &Upstreams,
+        member: &Member,
+        entries: Entries,
+        item: &Value,
+    ) -> Option<Value> {
+        let mut item = item.clone();
+        match entries {
+            Entries::Tools | Entries::Prompts => {
+                let name = item.get("name")?.as_str()?;
+                let filter = if entries == Entries::Tools {
+                    &member.config.tools
+                } else {
+                    &member.config.prompts
+                };
+                if !filter.allows(name) {
+                    return None;
+                }
+                item["name"] = Value::String(upstreams.federated_name(member, name));
+            }
+            Entries::Resources => {
+                if let Some(uri) = item.get("uri").and_then(Value::as_str) {
+                    lock(&self.resource_owners).insert(uri.to_owned(), member.name().to_owned());
+                }
+            }
+            Entries::Templates => {}
+        }
+        Some(item)
+    }
+
+    /// A named request (`tools/call`, `prompts/get`) sent to the upstream its name belongs
+    /// to, under the name that upstream knows.
+    async fn call_named(
+        upstreams: &Upstreams,
+        mut request: Request,
+        context: RequestContext,
+        entries: Entries,
+    ) -> Result<Value, ErrorObject> {
+        let kind = if entries == Entries::Tools {
+            "tool"
+        } else {
+            "prompt"
+        };
+        let federated = request
+            .params
+            .as_ref()
+            .and_then(|params| params.get("name"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| ErrorObject::invalid_params(format!("a {kind} name is required")))?
+            .to_owned();
+        let unknown = || ErrorObject::invalid_params(format!("unknown {kind}: {federated}"));
+        let (member, inner) = upstreams.route(&federated).ok_or_else(unknown)?;
+        let filter = if entries == Entries::Tools {
+            &member.config.tools
+        } else {
+            &member.config.prompts
+        };
+        if !filter.allows(inner) {
+            return Err(unknown());
+        }
+        set_param(&mut request, "name", Some(Value::from(inner)));
+        member
+            .gateway
+            .handle_request(request, context)
+            .await
+            .map_err(|error| member.blame(error))
+    }
+
+    /// `completion/complete`: to the upstream of the prompt, or of the resource, it completes.
+    async fn complete(
+        &self,
+        upstreams: &Upstreams,
+        mut request: Request,
+        context: RequestContext,
+    ) -> Result<Value, ErrorObject> {
+        let reference = request
+            .params
+            .as_ref()
+            .and_then(|params| params.get("ref"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let federated = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                let (member, inner) = upstreams
+                    .route(federated)
+                    .filter(|(member, inner)| member.config.prompts.allows(inner))
+                    .ok_or_else(|| {
+                        ErrorObject::invalid_params(format!("unknown prompt: {federated}"))
+                    })?;
+                if let Some(Value::Object(params)) = &mut request.params {
+                    params.insert("ref".into(), json!({"type": "ref/prompt", "name": inner}));
+                }
+                member
+                    .gateway
+                    .handle_request(request, context)
+                    .await
+                    .map_err(|error| member.blame(error))
+            }
+            Some("ref/resource") => {
+                let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
+                self.by_uri(upstreams, uri, request, context).await
+            }
+            _ => Err(ErrorObject::invalid_params(
+                "ref must be a ref/prompt or a ref/resource",
+            )),
+        }
+    }
+
+    /// A request about resource `uri`: to the upstream that listed it, else to each in turn
+    /// until one answers (which is then remembered).
+    async fn by_uri(
+        &self,
+        upstreams: &Upstreams,
+        uri: &str,
+        request: Request,
+        context: RequestContext,
+    ) -> Result<Value, ErrorObject> {
+        let owner = lock(&self.resource_owners).get(uri).cloned();
+        if let Some(member) = owner.as_deref().and_then(|name| upstreams.member(name)) {
+            return member
+                .gateway
+                .handle_request(request, context)
+                .await
+                .map_err(|error| member.blame(error));
+        }
+        let mut last = None;
+        for member in &upstreams.members {
+            match member
+                .gateway
+                .handle_request(request.clone(), context.clone())
+                .await
+            {
+                Ok(result) => {
+                    lock(&self.resource_owners).insert(uri.to_owned(), member.name().to_owned());
+                    return Ok(result);
+                }
+                Err(error) => last = Some(member.blame(error)),
+            }
+        }
+        Err(last.unwrap_or_else(|| gateway_error("no upstreams")))
+    }
+
+    /// A request every upstream must hear (`logging/setLevel`): answered once all did, with
+    /// the first error if one failed.
+    async fn broadcast(
+        upstreams: &Upstreams,
+        request: &Request,
+        context: &RequestContext,
+    ) -> Result<Value, ErrorObject> {
+        let answers = join_all(upstreams.members.iter().map(|member| async {
+            member
+                .gateway
+                .handle_request(request.clone(), context.clone())
+                .await
+                .map_err(|error| member.blame(error))
+        }))
+        .await;
+        for answer in answers {
+            answer?;
+        }
+        Ok(json!({}))
+    }
+}
+
+/// `params[key] = value` (removed for `None`), creating `params`.
+fn set_param(request: &mut Request, key: &str, value: Option<Value>) {
+    let params = request.params.get_or_insert_with(|| json!({}));
+    if let Value::Object(params) = params {
+        match value {
+            Some(value) => {
+                params.insert(key.to_owned(), value);
+            }
+            None => {
+                params.remove(key);
+            }
+        }
+    }
+}
+
+/// The merged cursor: each upstream still to be paged, with its own cursor.
+fn encode_cursor(next: &BTreeMap<String, String>) -> String {
+    let json = serde_json::to_vec(next).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+/// `None` for a cursor this gateway did not give.
+fn decode_cursor(cursor: &str) -> Option<BTreeMap<String, String>> {
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()?;
+    serde_json::from_slice(&json).ok()
+}
+
+/// The union of the upstreams' capabilities: objects merged member by member, a `true` flag
+/// (`listChanged`, `subscribe`) kept.
+fn merge_capabilities(into: &mut Map<String, Value>, from: &Map<String, Value>) {
+    for (key, value) in from {
+        match (into.get_mut(key), value) {
+            (Some(Value::Object(into)), Value::Object(from)) => merge_capabilities(into, from),
+            (Some(Value::Bool(into)), Value::Bool(from)) => *into |= *from,
+            (Some(_), _) => {}
+            (None, value) => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// Who the federation is, given what the upstreams that answered said they are. Lists can
+/// change with a reload, so `listChanged` is declared for each kind.
+fn federated_info(answered: &[(&Member, ServerInfo)]) -> ServerInfo {
+    let mut capabilities = Map::new();
+    let mut instructions = Vec::new();
+    for (member, info) in answered {
+        if let Value::Object(theirs) = &info.capabilities {
+            merge_capabilities(&mut capabilities, theirs);
+        }
+        if let Some(text) = &info.instructions {
+            instructions.push(format!("{}: {text}", member.config.prefix()));
+        }
+    }
+    for kind in ["tools", "prompts", "resources"] {
+        if let Some(Value::Object(kind)) = capabilities.get_mut(kind) {
+            kind.insert("listChanged".into(), Value::Bool(true));
+        }
+    }
+    ServerInfo {
+        name: "tether-gateway".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        capabilities: Value::Object(capabilities),
+        instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
+    }
+}
+
+#[async_trait]
+impl Handler for FederatedGateway {
+    fn server_info(&self) -> ServerInfo {
+        federated_info(&[])
+    }
+
+    async fn modern_server_info(&self, principal: &str) -> Result<ServerInfo, ErrorObject> {
+        let upstreams = self.current();
+        let infos = join_all(
+            upstreams
+                .members
+                .iter()
+                .map(|member| member.gateway.modern_server_info(principal)),
+        )
+        .await;
+        let mut answered = Vec::new();
+        let mut last = None;
+        for (member, info) in upstreams.members.iter().zip(infos) {
+            match info {
+                Ok(info) => answered.push((member.as_ref(), info)),
+                Err(error) => {
+                    tracing::warn!(upstream = member.name(), principal, error = %error.message, "upstream did not start");
+                    last = Some(member.blame(error));
+                }
+            }
+        }
+        match (answered.is_empty(), last) {
+            (true, Some(error)) => Err(error),
+            _ => Ok(federated_info(&answered)),
+        }
+    }
+
+    fn offers_tasks(&self) -> bool {
+        true
+    }
+
+    fn task_support(&self, call: &Request) -> TaskSupport {
+        let _ = call;
+        TaskSupport::Optional
+    }
+
+    async fn initialize(
+        &self,
+        request: &Request,
+        session: SessionContext,
+    ) -> Result<Value, ErrorObject> {
+        let upstreams = self.current();
+        let results = join_all(
+            upstreams
+                .members
+                .iter()
+                .map(|member| member.gateway.initialize(request, session.clone())),
+        )
+        .await;
+        let mut answered = Vec::new();
+        let mut last = None;
+        for (member, result) in upstreams.members.iter().zip(results) {
+            match result {
+                Ok(result) => answered.push((member.as_ref(), super::server_info_of(&result))),
+                // Started again on the session's first request to it.
+                Err(error) => {
+                    tracing::warn!(upstream = member.name(), session = %session.session_id(), error = %error.message, "upstream did not initialize");
+                    last = Some(member.blame(error));
+                }
+            }
+        }
+        if answered.is_empty()
+            && let Some(error) = last
+        {
+            return Err(error);
+        }
+        lock(&self.sessions).insert(session.session_id().clone(), session.clone());
+        Ok(federated_info(&answered).initialize_result(&session))
+    }
+
+    fn session_alive(&self, session: &SessionId) -> bool {
+        lock(&self.sessions).contains_key(session)
+    }
+
+    fn session_closed(&self, session: &SessionId) {
+        lock(&self.sessions).remove(session);
+        for member in &self.current().members {
+            member.gateway.session_closed(session);
+        }
+    }
+
+    async fn shutdown(&self) {
+        let upstreams = self.current();
+        join_all(
+            upstreams
+                .members
+                .iter()
+                .map(|member| member.gateway.shutdown()),
+        )
+        .await;
+    }
+
+    async fn handle_request(
+        &self,
+        request: Request,
+        context: RequestContext,
+    ) -> Result<Value, ErrorObject> {
+        let upstreams = self.current();
+        if let Some(list) = LISTS.iter().find(|(method, ..)| *method == request.method) {
+            return self.list(&upstreams, &request, &context, *list).await;
+        }
+        match request.method.as_str() {
+            "tools/call" => Self::call_named(&upstreams, request, context, Entries::Tools).await,
+            "prompts/get" => Self::call_named(&upstreams, request, context, Entries::Prompts).await,
+            "completion/complete" => self.complete(&upstreams, request, context).await,
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                let uri = request
+                    .params
+                    .as_ref()
+                    .and_then(|params| params.get("uri"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ErrorObject::invalid_params("a resource uri is required"))?
+                    .to_owned();
+                self.by_uri(&upstreams, &uri, request, context).await
+            }
+            "logging/setLevel" => Self::broadcast(&upstreams, &request, &context).await,
+            method => Err(ErrorObject::method_not_found(method)),
+        }
+    }
+
+    async fn handle_notification(&self, notification: Notification, session: SessionContext) {
+        let upstreams = self.current();
+        join_all(upstreams.members.iter().map(|member| {
+            member
+                .gateway
+                .handle_notification(notification.clone(), session.clone())
+        }))
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_round_trips_and_a_foreign_one_is_refused() {
+        let next = BTreeMap::from([
+            ("a".to_owned(), "c=1".to_owned()),
+            ("b".to_owned(), String::new()),
+        ]);
+        assert_eq!(decode_cursor(&encode_cursor(&next)), Some(next));
+        assert_eq!(decode_cursor("not-ours"), None);
+        // Base64 of "not json".
+        assert_eq!(decode_cursor("bm90IGpzb24"), None);
+    }
+
+    #[test]
+    fn capabilities_merge_as_a_union_and_lists_may_change() {
+        let member = |name: &str| Member {
+            config: UpstreamConfig::command(name, "true", []),
+            gateway: StdioGateway::restarting(UpstreamConfig::command(name, "true", []).server),
+        };
+        let (a, b) = (member("a"), member("b"));
+        let info = |capabilities: Value, instructions: Option<&str>| ServerInfo {
+            name: "x".into(),
+            version: "1".into(),
+            capabilities,
+            instructions: instructions.map(str::to_owned),
+        };
+        let merged = federated_info(&[
+            (
+                &a,
+                info(json!({"tools": {}, "logging": {}}), Some("counts")),
+            ),
+            (
+                &b,
+                info(
+                    json!({"tools": {"listChanged": false}, "resources": {"subscribe": true}}),
+                    None,
+                ),
+            ),
+        ]);
+        assert_eq!(
+            merged.capabilities,
+            json!({"tools": {"listChanged": true}, "logging": {}, "resources": {"subscribe": true, "listChanged": true}})
+        );
+        assert_eq!(merged.instructions.as_deref(), Some("a: counts"));
+        assert_eq!(merged.name, "tether-gateway");
+    }
+}
