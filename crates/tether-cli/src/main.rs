@@ -17,7 +17,7 @@ mod telemetry;
 
 use std::{fmt, process::ExitCode};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 /// Exit code for a usage error (docs/CONTRACTS.md#exit-codes).
 pub(crate) const EXIT_USAGE: u8 = 2;
@@ -62,7 +62,26 @@ impl fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `tether serve --config FILE`: the file's `[serve]` table becomes flags the command
+    // line does not give, before the real parse.
+    let (argv, expansion) =
+        match serve::config_file::expand_argv(std::env::args_os().collect(), Cli::command()) {
+            Ok(expanded) => expanded,
+            Err(error) => {
+                eprintln!("tether: {error}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(error) => match expansion.locate(&error) {
+            Some(located) => {
+                eprintln!("tether: {located}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+            None => error.exit(),
+        },
+    };
     match run(cli) {
         Ok(code) => code,
         Err(error) => {

@@ -14,7 +14,9 @@
 //! ([`ServerBuilder::build`](tether::server::ServerBuilder::build)).
 //!
 //! With `-- CMD ARGS...` it is a gateway: each session runs its own `CMD` as a stdio MCP
-//! server ([`tether::gateway`]).
+//! server ([`tether::gateway`]). With `--config FILE` it federates the file's upstreams
+//! behind the one endpoint (`config_file`), reloading them on SIGHUP and when the file
+//! changes; a file that does not load is logged and the upstreams in use are kept.
 //!
 //! `--store redis://HOST:PORT[/DB]` keeps everything in Redis, named by `--node-id` (default
 //! `default`, right for one node; every node of a group needs its own).
@@ -41,7 +43,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use tether::{
     demo::DemoHandler,
-    gateway::{GatewayConfig, StdioGateway},
+    gateway::{FederatedGateway, GatewayConfig, StdioGateway},
     server::oauth::{IntrospectionConfig, OAuthConfig, OAuthResource},
     server::{Authenticator, BearerTokens, Eras, Handler, Server, ServerConfig},
     store::{StoreLimits, Stores, redis, sqlite},
@@ -50,6 +52,11 @@ use tokio::{net::TcpListener, sync::oneshot};
 use tracing::{error, info};
 
 use crate::UsageError;
+
+pub(crate) mod config_file;
+
+/// How often `--config`'s file is read to see whether it changed.
+const CONFIG_POLL: Duration = Duration::from_secs(1);
 
 /// How long a graceful shutdown may take before the process gives up on it and exits 1. The
 /// server only has to append `retry` to each open stream and close it, which takes
@@ -316,6 +323,12 @@ pub(crate) struct ServeArgs {
     /// Serve this stdio MCP server instead of the demo: one process per session.
     #[arg(last = true, value_name = "CMD ARGS")]
     gateway: Vec<OsString>,
+
+    /// Federate the upstreams of this TOML file behind the endpoint (docs/GATEWAY.md): its
+    /// `[[upstream]]` tables, and in `[serve]` any of these flags by long name, the command
+    /// line winning. Reloaded on SIGHUP and when the file changes. Not with `-- CMD`.
+    #[arg(long, value_name = "FILE", conflicts_with = "gateway")]
+    config: Option<PathBuf>,
 }
 
 /// The built-in demos of `--demo`.
@@ -486,9 +499,30 @@ impl ServeArgs {
         limits
     }
 
-    /// What serves the sessions: the stdio gateway when a command is given, else the demo.
-    fn handler(&self) -> (Arc<dyn Handler>, String) {
-        match self.gateway.split_first() {
+    /// What serves the sessions: the federation of `--config`, the stdio gateway when a
+    /// command is given, else the demo.
+    fn handler(&self) -> Result<Served, UsageError> {
+        if let Some(path) = &self.config {
+            let loaded = config_file::load(path)?;
+            let gateway = FederatedGateway::new(loaded.federation.clone())
+                .map_err(|error| UsageError(format!("{}: {error}", path.display())))?;
+            let gateway = Arc::new(gateway);
+            return Ok(Served {
+                handler: Arc::clone(&gateway) as Arc<dyn Handler>,
+                description: format!(
+                    "gateway of {}: {}",
+                    path.display(),
+                    gateway.upstream_names().join(", ")
+                ),
+                reload: Some(Reload {
+                    path: path.clone(),
+                    gateway,
+                    loaded,
+                }),
+                authentication: Authentication::None,
+            });
+        }
+        let (handler, description): (Arc<dyn Handler>, String) = match self.gateway.split_first() {
             Some((program, args)) => {
                 let mut config = GatewayConfig::new(program.clone(), args.iter().cloned());
                 config.initialize_timeout = Duration::from_secs(self.init_timeout_secs);
@@ -511,7 +545,13 @@ impl ServeArgs {
                     "demo conformance".to_owned(),
                 ),
             },
-        }
+        };
+        Ok(Served {
+            handler,
+            description,
+            reload: None,
+            authentication: Authentication::None,
+        })
     }
 
     /// The server configuration these flags describe; unset flags keep the library defaults.
@@ -566,12 +606,8 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let (handler, serving) = args.handler();
-    let served = Served {
-        handler,
-        authentication,
-        description: serving,
-    };
+    let mut served = args.handler()?;
+    served.authentication = authentication;
     let result = runtime.block_on(serve(&args.bind, config, &store, served));
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     result.map(|()| ExitCode::SUCCESS)
@@ -691,6 +727,93 @@ struct Served {
     authentication: Authentication,
     /// How the log names the handler.
     description: String,
+    /// The federation of `--config`, to reload from its file.
+    reload: Option<Reload>,
+}
+
+/// `--config`'s file and the federation it configures.
+struct Reload {
+    path: PathBuf,
+    gateway: Arc<FederatedGateway>,
+    /// What the file said when last loaded.
+    loaded: config_file::Loaded,
+}
+
+impl Reload {
+    /// Reloads the file on SIGHUP and whenever what it holds changes (read every
+    /// [`CONFIG_POLL`]), until the server stops.
+    async fn watch(mut self, mut hangup: Hangup) {
+        let mut seen = tokio::fs::read(&self.path).await.ok();
+        let mut poll = tokio::time::interval(CONFIG_POLL);
+        loop {
+            let why = tokio::select! {
+                () = hangup.recv() => "SIGHUP",
+                _ = poll.tick() => {
+                    let now = tokio::fs::read(&self.path).await.ok();
+                    if now == seen {
+                        continue;
+                    }
+                    seen = now;
+                    "the file changed"
+                }
+            };
+            self.reload(why).await;
+        }
+    }
+
+    async fn reload(&mut self, why: &str) {
+        let file = self.path.display().to_string();
+        let loaded = match config_file::load(&self.path) {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                error!(%file, why, %error, "config not reloaded; the upstreams in use are kept");
+                return;
+            }
+        };
+        if !loaded.same_serve_table(&self.loaded) {
+            tracing::warn!(%file, "[serve] changed: it takes effect when tether serve restarts");
+        }
+        match self.gateway.reload(loaded.federation.clone()).await {
+            Ok(reloaded) => info!(
+                %file, why, added = ?reloaded.added, removed = ?reloaded.removed, changed = ?reloaded.changed,
+                "config reloaded"
+            ),
+            Err(error) => {
+                error!(%file, why, %error, "config not reloaded; the upstreams in use are kept");
+                return;
+            }
+        }
+        self.loaded = loaded;
+    }
+}
+
+/// SIGHUP, registered before the ready line so that it never takes the default action (exit).
+struct Hangup {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Hangup {
+    fn new() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                signal: signal(SignalKind::hangup())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            self.signal.recv().await;
+        }
+        #[cfg(not(unix))]
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Binds `bind`, announces the URL and serves until a signal stops it.
@@ -719,6 +842,13 @@ async fn serve(
     let description = served.description.clone();
     let authenticator = served.authentication.build(&url)?;
     let server = build_server(store, config, served.handler, authenticator).await?;
+    let watching = match served.reload {
+        Some(reload) => {
+            let hangup = Hangup::new().context("installing the SIGHUP handler")?;
+            Some(tokio::spawn(reload.watch(hangup)))
+        }
+        None => None,
+    };
     announce(&url)?;
     info!(%url, store = %describe(&store.spec), serving = %description, "tether serve ready");
 
@@ -748,6 +878,9 @@ async fn serve(
             error!(grace = ?SHUTDOWN_GRACE, "graceful shutdown did not finish in time");
             bail!("graceful shutdown did not finish within {SHUTDOWN_GRACE:?}");
         }
+    }
+    if let Some(watching) = watching {
+        watching.abort();
     }
     info!("stopped");
     Ok(())

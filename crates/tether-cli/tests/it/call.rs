@@ -66,7 +66,7 @@ pub(crate) fn describe(output: &Output) -> String {
 }
 
 /// Every stdout line must be a JSON-RPC message.
-fn json_lines(stdout: &[u8]) -> anyhow::Result<Vec<Value>> {
+pub(crate) fn json_lines(stdout: &[u8]) -> anyhow::Result<Vec<Value>> {
     String::from_utf8_lossy(stdout)
         .lines()
         .map(|line| serde_json::from_str(line).with_context(|| format!("not JSON: {line:?}")))
@@ -80,7 +80,7 @@ fn progress_of(message: &Value) -> Option<u64> {
 }
 
 /// The progress values, checking that the only other line is the final response, last.
-fn progress_then_result(messages: &[Value], n: u64) -> anyhow::Result<Vec<u64>> {
+pub(crate) fn progress_then_result(messages: &[Value], n: u64) -> anyhow::Result<Vec<u64>> {
     let (last, rest) = messages.split_last().context("no output")?;
     ensure!(
         last["result"]["content"][0]["text"] == format!("counted {n}"),
@@ -91,7 +91,7 @@ fn progress_then_result(messages: &[Value], n: u64) -> anyhow::Result<Vec<u64>> 
         .collect()
 }
 
-fn count_args(n: u64, interval_ms: u64) -> String {
+pub(crate) fn count_args(n: u64, interval_ms: u64) -> String {
     format!(r#"{{"n":{n},"interval_ms":{interval_ms}}}"#)
 }
 

@@ -13,6 +13,7 @@ mod conformance_client;
 mod conformance_server;
 mod connect;
 mod eras;
+mod federation;
 mod gateway_faults;
 mod gateway_modern;
 mod gateway_peers;

@@ -1,0 +1,626 @@
+//! `tether serve --config FILE`: two real stdio servers behind one endpoint, the Python SDK's
+//! (`interop/python/server.py --stdio`, tool `count`) as upstream `py` and the TypeScript
+//! SDK's reference `server-everything` (tools `echo`, `get-sum`, …) as upstream `ts`.
+//!
+//! Merged lists with prefixes and each call reaching its own upstream, in both eras (tether's
+//! client); `tether call` through the fault proxy exactly once, in both eras; an upstream
+//! killed mid-call failing only that call while the session and the other upstream carry
+//! on, and its next call starting it again; deny rules hiding and refusing a tool; a reload
+//! (file change and SIGHUP) adding and removing an upstream, telling the session with
+//! `list_changed`, and a bad new file keeping the old; the file's errors naming file, line
+//! and key; `[serve]` setting flags, the command line winning.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tether::client::{Client, ClientConfig, ProtocolChoice};
+use tether::proto::jsonrpc::{Message, Response};
+use tether::proto::version::ProtocolVersion;
+use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec, tether_bin};
+use tether_testkit::peers::{self, PeerCommand};
+use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
+
+use crate::call::{count_args, describe, json_lines, progress_then_result, run_call_with_env};
+
+/// How long a reload may take to be seen: the file is read every second.
+const RELOAD_WAIT: Duration = Duration::from_secs(15);
+
+/// A TOML string.
+fn quoted(text: &str) -> String {
+    serde_json::to_string(text).expect("a string")
+}
+
+/// An `[[upstream]]` table running `command`, with `extra` lines.
+fn upstream(name: &str, command: PeerCommand, extra: &str) -> String {
+    let (program, args) = command.into_parts();
+    let words: Vec<String> = std::iter::once(program.display().to_string())
+        .chain(args)
+        .map(|word| quoted(&word))
+        .collect();
+    format!(
+        "[[upstream]]\nname = {}\ncommand = [{}]\n{extra}\n",
+        quoted(name),
+        words.join(", ")
+    )
+}
+
+fn py(extra: &str) -> String {
+    upstream(
+        "py",
+        peers::python_stdio_server().expect("the Python peer"),
+        extra,
+    )
+}
+
+fn ts(extra: &str) -> String {
+    upstream(
+        "ts",
+        peers::everything_stdio_server().expect("server-everything"),
+        extra,
+    )
+}
+
+/// A config file in a new directory.
+fn config_file(text: &str) -> anyhow::Result<(TempDir, PathBuf)> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, text)?;
+    Ok((dir, path))
+}
+
+/// `tether serve --config PATH` on a free port, memory store.
+async fn gateway(path: &Path) -> anyhow::Result<ServerProcess> {
+    Ok(ServerSpec::tether_serve()?
+        .bind_arg(BindArg::Placeholders)
+        .args(["--bind", "{bind}", "--store", "memory", "--config"])
+        .arg(path)
+        .env("RUST_LOG", "warn,tether::gateway=info,tether=info")
+        .ready_timeout(Duration::from_secs(60))
+        .start()
+        .await?)
+}
+
+fn client_config(protocol: ProtocolChoice) -> ClientConfig {
+    let mut config = ClientConfig::default();
+    config.protocol = protocol;
+    config.reconnect.backoff.base = Duration::from_millis(50);
+    config.reconnect.backoff.cap = Duration::from_millis(500);
+    config
+}
+
+async fn connect(server: &ServerProcess, protocol: ProtocolChoice) -> anyhow::Result<Client> {
+    Ok(Client::connect(server.url(), client_config(protocol)).await?)
+}
+
+/// The final answer of `method`: its result, or its error as `Err`.
+async fn ask(client: &Client, method: &str, params: Value) -> anyhow::Result<Result<Value, Value>> {
+    let stream = client.request(method, Some(params)).await?;
+    Ok(match stream.response().await? {
+        Response::Result(answer) => Ok(answer.result),
+        Response::Error(error) => Err(serde_json::to_value(&error.error)?),
+    })
+}
+
+/// The federated tool names.
+async fn tool_names(client: &Client) -> anyhow::Result<Vec<String>> {
+    let listed = ask(client, "tools/list", json!({}))
+        .await?
+        .map_err(|error| anyhow::anyhow!("tools/list failed: {error}"))?;
+    Ok(listed["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+        .collect())
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .map_or_else(|| result.to_string(), str::to_owned)
+}
+
+async fn call(
+    client: &Client,
+    tool: &str,
+    arguments: Value,
+) -> anyhow::Result<Result<Value, Value>> {
+    ask(
+        client,
+        "tools/call",
+        json!({"name": tool, "arguments": arguments}),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_upstreams_are_merged_with_prefixes_and_each_call_reaches_its_own_in_both_eras() {
+    let (_dir, path) = config_file(&format!("{}{}", py(""), ts(""))).unwrap();
+    let server = gateway(&path).await.unwrap();
+    for protocol in [
+        ProtocolChoice::Legacy,
+        ProtocolChoice::Version(ProtocolVersion::MODERN),
+    ] {
+        let client = connect(&server, protocol).await.unwrap();
+        let names = tool_names(&client).await.unwrap();
+        for expected in ["py_count", "ts_echo", "ts_get-sum"] {
+            assert!(
+                names.iter().any(|n| n == expected),
+                "{protocol:?}: {expected} missing from {names:?}"
+            );
+        }
+        assert!(
+            names
+                .iter()
+                .all(|n| n.starts_with("py_") || n.starts_with("ts_")),
+            "{protocol:?}: every name is prefixed: {names:?}"
+        );
+        let counted = call(&client, "py_count", json!({"n": 3, "interval_ms": 0}))
+            .await
+            .unwrap();
+        assert_eq!(text_of(&counted.unwrap()), "counted 3", "{protocol:?}");
+        let echoed = call(&client, "ts_echo", json!({"message": "hello"}))
+            .await
+            .unwrap();
+        assert_eq!(text_of(&echoed.unwrap()), "Echo: hello", "{protocol:?}");
+        let summed = call(&client, "ts_get-sum", json!({"a": 2, "b": 40}))
+            .await
+            .unwrap();
+        assert!(text_of(&summed.unwrap()).contains("42"), "{protocol:?}");
+        // A name no upstream has, and an unprefixed one, are unknown tools.
+        for unknown in ["count", "zz_count", "py_"] {
+            let refused = call(&client, unknown, json!({}))
+                .await
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(refused["code"], -32602, "{protocol:?} {unknown}: {refused}");
+        }
+    }
+    let discover = connect(&server, ProtocolChoice::Legacy).await.unwrap();
+    let info = discover.server_info();
+    assert_eq!(info["serverInfo"]["name"], "tether-gateway", "{info}");
+    assert_eq!(info["capabilities"]["tools"]["listChanged"], true, "{info}");
+}
+
+/// `tether call` of each upstream's long tool through a proxy that cuts the connection: every
+/// progress value once, in order, then the result; in the 2025 era (a resumed stream) and in
+/// 2026-07-28 (a task).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tether_call_reaches_an_upstream_exactly_once_through_cuts_in_both_eras() {
+    let (_dir, path) = config_file(&format!("{}{}", py(""), ts(""))).unwrap();
+    let server = gateway(&path).await.unwrap();
+    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1500));
+    let proxy = FaultProxy::start(server.addr(), plan).await.unwrap();
+    let url = proxy.url_for("/mcp");
+    let n = 150;
+    let args = count_args(n, 2);
+    for protocol in ["2025-11-25", "2026-07-28"] {
+        let cuts_before = proxy.counters().cuts;
+        let output = run_call_with_env(
+            &[
+                &url,
+                "py_count",
+                "--args",
+                &args,
+                "--json",
+                "--protocol",
+                protocol,
+            ],
+            &[],
+        )
+        .await
+        .unwrap();
+        let report = || {
+            format!(
+                "{protocol}: {}\nproxy: {}",
+                describe(&output),
+                proxy.report()
+            )
+        };
+        assert_eq!(output.status.code(), Some(0), "{}", report());
+        let messages = json_lines(&output.stdout).unwrap();
+        let progress =
+            progress_then_result(&messages, n).unwrap_or_else(|e| panic!("{e}\n{}", report()));
+        assert_eq!(progress, (1..=n).collect::<Vec<_>>(), "{}", report());
+        assert!(proxy.counters().cuts > cuts_before, "no cut: {}", report());
+    }
+    // server-everything's long operation: 20 steps in 2 s, through the same cuts.
+    let steps = 20;
+    let output = run_call_with_env(
+        &[
+            &url,
+            "ts_trigger-long-running-operation",
+            "--args",
+            &format!(r#"{{"duration": 2, "steps": {steps}}}"#),
+            "--json",
+        ],
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let messages = json_lines(&output.stdout).unwrap();
+    let progress: Vec<u64> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .filter_map(|m| m["params"]["progress"].as_u64())
+        .collect();
+    assert_eq!(
+        progress,
+        (1..=steps).collect::<Vec<_>>(),
+        "{}",
+        describe(&output)
+    );
+    let last = messages.last().unwrap();
+    assert!(
+        text_of(&last["result"]).starts_with("Long running operation completed"),
+        "{}",
+        describe(&output)
+    );
+}
+
+/// The pids of the processes whose parent is `parent` and whose command line holds `marker`.
+fn children_of(parent: u32, marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // `pid (comm) state ppid …`: the fields after the last `)`.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|ppid| ppid.parse::<u32>().ok());
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains(marker)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_killed_mid_call_fails_only_that_call_and_starts_again_on_next_use() {
+    let (_dir, path) = config_file(&format!("{}{}", py(""), ts(""))).unwrap();
+    let server = gateway(&path).await.unwrap();
+    let client = connect(&server, ProtocolChoice::Legacy).await.unwrap();
+    let session = client.session_id();
+    let long = {
+        let stream = client
+            .request(
+                "tools/call",
+                Some(json!({"name": "py_count", "arguments": {"n": 100, "interval_ms": 100}, "_meta": {"progressToken": "k"}})),
+            )
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let mut stream = stream;
+            let mut progress = 0;
+            while let Some(message) = stream.next().await {
+                match message.unwrap() {
+                    Message::Notification(_) => progress += 1,
+                    Message::Response(response) => return (progress, response),
+                    Message::Request(_) => {}
+                }
+            }
+            panic!("the call's stream ended without an answer");
+        })
+    };
+    // The session's Python child, once the call is under way.
+    let mut victims = Vec::new();
+    for _ in 0..100 {
+        victims = children_of(server.pid(), "server.py");
+        if !victims.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        victims.len(),
+        1,
+        "one Python child: {victims:?}\n{}",
+        server.logs()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &victims[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (progress, answer) = tokio::time::timeout(Duration::from_secs(30), long)
+        .await
+        .expect("the killed call is answered")
+        .unwrap();
+    let Response::Error(error) = answer else {
+        panic!("the killed call succeeded: {answer:?}");
+    };
+    assert!(
+        (1..100).contains(&progress),
+        "progress before the kill: {progress}"
+    );
+    assert_eq!(error.error.code, -32603, "{:?}", error.error);
+    assert!(
+        error.error.message.contains("upstream \"py\"") && error.error.message.contains("failed"),
+        "the error names the upstream: {:?}",
+        error.error
+    );
+    // The other upstream never noticed, the session is the same, and `py` starts again.
+    let echoed = call(&client, "ts_echo", json!({"message": "still here"}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&echoed.unwrap()), "Echo: still here");
+    let counted = call(&client, "py_count", json!({"n": 2, "interval_ms": 0}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&counted.unwrap()), "counted 2", "{}", server.logs());
+    assert_eq!(client.session_id(), session, "no re-initialization");
+    let again = children_of(server.pid(), "server.py");
+    assert!(
+        again.len() == 1 && again[0] != victims[0],
+        "a new Python child: {again:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_and_allow_rules_hide_tools_from_the_list_and_refuse_their_calls() {
+    let text = format!(
+        "{}{}",
+        py("deny_tools = [\"count\"]"),
+        ts("allow_tools = [\"echo\", \"get-*\"]\ndeny_tools = [\"get-env\"]")
+    );
+    let (_dir, path) = config_file(&text).unwrap();
+    let server = gateway(&path).await.unwrap();
+    for protocol in [
+        ProtocolChoice::Legacy,
+        ProtocolChoice::Version(ProtocolVersion::MODERN),
+    ] {
+        let client = connect(&server, protocol).await.unwrap();
+        let names = tool_names(&client).await.unwrap();
+        assert!(
+            names.iter().any(|n| n == "ts_echo"),
+            "{protocol:?}: {names:?}"
+        );
+        assert!(
+            names.iter().any(|n| n == "ts_get-sum"),
+            "{protocol:?}: {names:?}"
+        );
+        for hidden in [
+            "py_count",
+            "ts_get-env",
+            "ts_trigger-long-running-operation",
+        ] {
+            assert!(
+                !names.iter().any(|n| n == hidden),
+                "{protocol:?}: {hidden} shown: {names:?}"
+            );
+            let refused = call(&client, hidden, json!({})).await.unwrap().unwrap_err();
+            assert_eq!(refused["code"], -32602, "{protocol:?} {hidden}: {refused}");
+            assert!(
+                refused["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("unknown tool"),
+                "{protocol:?}: a denied tool looks absent: {refused}"
+            );
+        }
+        let echoed = call(&client, "ts_echo", json!({"message": "ok"}))
+            .await
+            .unwrap();
+        assert_eq!(text_of(&echoed.unwrap()), "Echo: ok");
+    }
+}
+
+/// The next message on the standalone stream whose method is `method`.
+async fn wait_for(stream: &mut tether::client::MessageStream, method: &str) -> anyhow::Result<()> {
+    tokio::time::timeout(RELOAD_WAIT, async {
+        while let Some(message) = stream.next().await {
+            if let Message::Notification(n) = message?
+                && n.method == method
+            {
+                return Ok(());
+            }
+        }
+        anyhow::bail!("the standalone stream ended")
+    })
+    .await
+    .with_context(|| format!("no {method} within {RELOAD_WAIT:?}"))?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_and_removes_upstreams_tells_the_session_and_a_bad_file_keeps_the_old() {
+    let (_dir, path) = config_file(&py("")).unwrap();
+    let server = gateway(&path).await.unwrap();
+    let client = connect(&server, ProtocolChoice::Legacy).await.unwrap();
+    let mut messages = client.server_messages().unwrap();
+    let names = tool_names(&client).await.unwrap();
+    assert!(names.iter().all(|n| n.starts_with("py_")), "{names:?}");
+
+    // The file changes: `ts` is added, and the live session hears of it.
+    std::fs::write(&path, format!("{}{}", py(""), ts(""))).unwrap();
+    wait_for(&mut messages, "notifications/tools/list_changed")
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.logs()));
+    let names = tool_names(&client).await.unwrap();
+    assert!(names.iter().any(|n| n == "ts_echo"), "added: {names:?}");
+    let echoed = call(&client, "ts_echo", json!({"message": "new"}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&echoed.unwrap()), "Echo: new", "{}", server.logs());
+
+    // A bad file is refused, logged, and the upstreams in use are kept.
+    std::fs::write(&path, format!("{}{}", py(""), py(""))).unwrap();
+    let deadline = tokio::time::Instant::now() + RELOAD_WAIT;
+    while !server.logs().contains("config not reloaded") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no refusal logged:\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        server.logs().contains("two upstreams are named"),
+        "{}",
+        server.logs()
+    );
+    let echoed = call(&client, "ts_echo", json!({"message": "kept"}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&echoed.unwrap()), "Echo: kept");
+
+    // SIGHUP reloads too: `ts` removed (the file written with the same mtime second would
+    // also be seen by its content; the signal makes it at once).
+    std::fs::write(&path, py("")).unwrap();
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait_for(&mut messages, "notifications/tools/list_changed")
+        .await
+        .unwrap();
+    let names = tool_names(&client).await.unwrap();
+    assert!(
+        names.iter().all(|n| n.starts_with("py_")),
+        "removed: {names:?}"
+    );
+    let refused = call(&client, "ts_echo", json!({"message": "gone"}))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused["code"], -32602, "{refused}");
+    let counted = call(&client, "py_count", json!({"n": 1, "interval_ms": 0}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&counted.unwrap()), "counted 1");
+    assert!(
+        server.logs().contains("config reloaded"),
+        "{}",
+        server.logs()
+    );
+}
+
+/// Runs `tether serve ARGS` expecting it to exit at once.
+async fn serve_exits(args: &[&str]) -> std::process::Output {
+    let child = tokio::process::Command::new(tether_bin().unwrap())
+        .arg("serve")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("tether serve exits")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_config_files_exit_2_naming_the_file_line_and_key() {
+    let command = "command = [\"true\"]";
+    let cases = [
+        (
+            format!("[[upstream]]\nname = \"a\"\n{command}\nrestart = \"always\"\n"),
+            4,
+            "restart",
+        ),
+        (
+            format!(
+                "[[upstream]]\nname = \"a\"\n{command}\n\n[[upstream]]\nname = \"a_b\"\n{command}\n"
+            ),
+            6,
+            "collide",
+        ),
+        (
+            "[[upstream]]\nname = \"remote\"\nurl = \"http://127.0.0.1:9/mcp\"\n".to_owned(),
+            3,
+            "url",
+        ),
+        (
+            format!("[serve]\nstore = \"postgres://x\"\n\n[[upstream]]\nname = \"a\"\n{command}\n"),
+            2,
+            "store",
+        ),
+        (
+            format!("[serve]\ncolour = \"blue\"\n\n[[upstream]]\nname = \"a\"\n{command}\n"),
+            2,
+            "colour",
+        ),
+        (
+            format!("[serve]\njson-response = \"yes\"\n\n[[upstream]]\nname = \"a\"\n{command}\n"),
+            2,
+            "json-response",
+        ),
+    ];
+    for (text, line, key) in cases {
+        let (dir, path) = config_file(&text).unwrap();
+        let output =
+            serve_exits(&["--bind", "127.0.0.1:0", "--config", path.to_str().unwrap()]).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{text}\n{stderr}");
+        let at = format!("{}:{line}:", path.display());
+        assert!(
+            stderr.contains(&at) && stderr.contains(key),
+            "{text}\nwanted {at} and {key}: {stderr}"
+        );
+        drop(dir);
+    }
+    let (_dir, path) = config_file(&format!("[[upstream]]\nname = \"a\"\n{command}\n")).unwrap();
+    let output = serve_exits(&["--config", path.to_str().unwrap(), "--", "true"]).await;
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_serve_table_sets_flags_and_the_command_line_wins() {
+    let text = format!(
+        "[serve]\npath = \"/from-file\"\nstore = \"memory\"\nretry-ms = 700\n\n{}",
+        py("")
+    );
+    let (_dir, path) = config_file(&text).unwrap();
+    let server = ServerSpec::tether_serve()
+        .unwrap()
+        .bind_arg(BindArg::Placeholders)
+        .args(["--bind", "{bind}", "--config"])
+        .arg(&path)
+        .start()
+        .await
+        .unwrap();
+    assert!(server.url().ends_with("/from-file"), "{}", server.url());
+    let client = connect(&server, ProtocolChoice::Legacy).await.unwrap();
+    assert!(
+        tool_names(&client)
+            .await
+            .unwrap()
+            .iter()
+            .any(|n| n == "py_count")
+    );
+    drop(client);
+    drop(server);
+    let server = ServerSpec::tether_serve()
+        .unwrap()
+        .bind_arg(BindArg::Placeholders)
+        .args(["--bind", "{bind}", "--path", "/from-flag", "--config"])
+        .arg(&path)
+        .start()
+        .await
+        .unwrap();
+    assert!(server.url().ends_with("/from-flag"), "{}", server.url());
+    ensure_serves(&server).await.unwrap();
+}
+
+async fn ensure_serves(server: &ServerProcess) -> anyhow::Result<()> {
+    let client = connect(server, ProtocolChoice::Legacy).await?;
+    let names = tool_names(&client).await?;
+    ensure!(names.iter().any(|n| n == "py_count"), "{names:?}");
+    Ok(())
+}
