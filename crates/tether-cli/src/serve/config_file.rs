@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use clap::parser::ValueSource;
 use serde::Deserialize;
-use tether::gateway::{FederationConfig, FederationError, NameFilter, UpstreamConfig};
+use tether::gateway::{
+    FederationConfig, FederationError, NameFilter, RemoteConfig, UpstreamConfig, UpstreamServer,
+};
 use toml::Spanned;
 
 use crate::UsageError;
@@ -43,6 +45,12 @@ struct Upstream {
     url: Option<Spanned<String>>,
     prefix: Option<String>,
     init_timeout_secs: Option<Spanned<u64>>,
+    /// `url` upstreams: headers sent on every request (an API key).
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    /// `url` upstreams: a file holding the bearer token sent to the remote server; relative
+    /// to the config file's directory.
+    bearer_token_file: Option<Spanned<PathBuf>>,
     #[serde(default)]
     allow_tools: Vec<String>,
     #[serde(default)]
@@ -124,16 +132,46 @@ fn parse(path: &Path, text: &str) -> Result<Loaded, UsageError> {
                 let Some(program) = words.next() else {
                     return Err(at.error(command_at, format!("upstream {name:?}: `command` is empty; give the program and its arguments")));
                 };
+                if let Some(key) = [
+                    (!upstream.headers.is_empty()).then_some("headers"),
+                    upstream
+                        .bearer_token_file
+                        .as_ref()
+                        .map(|_| "bearer_token_file"),
+                ]
+                .into_iter()
+                .flatten()
+                .next()
+                {
+                    return Err(at.error(
+                        command_at,
+                        format!("upstream {name:?}: `{key}` is for `url` upstreams"),
+                    ));
+                }
                 UpstreamConfig::command(name.clone(), program, words)
             }
             (None, Some(url)) => {
-                return Err(at.error(
-                    url.span().start,
-                    format!(
-                        "upstream {name:?}: `url` upstreams (remote servers) are not supported \
-                         yet; run the server over stdio with `command`"
-                    ),
-                ));
+                let url_at = url.span().start;
+                let url = url.into_inner();
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(at.error(
+                        url_at,
+                        format!("upstream {name:?}: `url` must be an http:// or https:// URL"),
+                    ));
+                }
+                let mut remote = RemoteConfig::new(url);
+                remote.headers = upstream.headers.clone().into_iter().collect();
+                if let Some(file) = &upstream.bearer_token_file {
+                    let file_path = path.parent().unwrap_or(Path::new(".")).join(file.get_ref());
+                    let token = crate::remote::read_secret_file("bearer_token_file", &file_path)
+                        .map_err(|error| {
+                            at.error(file.span().start, format!("upstream {name:?}: {error}"))
+                        })?;
+                    remote
+                        .headers
+                        .push(("Authorization".to_owned(), format!("Bearer {token}")));
+                }
+                UpstreamConfig::url(name.clone(), remote)
             }
             (Some(_), Some(url)) => {
                 return Err(at.error(
@@ -144,19 +182,26 @@ fn parse(path: &Path, text: &str) -> Result<Loaded, UsageError> {
             (None, None) => {
                 return Err(at.error(
                     name_at,
-                    format!("upstream {name:?} needs `command = [\"program\", \"arg\", …]`"),
+                    format!("upstream {name:?} needs `command = [\"program\", \"arg\", …]` or `url = \"http://…/mcp\"`"),
                 ));
             }
         };
         config.prefix = upstream.prefix;
         if let Some(timeout) = upstream.init_timeout_secs {
+            let timeout_at = timeout.span().start;
+            let UpstreamServer::Command(server) = &mut config.server else {
+                return Err(at.error(
+                    timeout_at,
+                    format!("upstream {name:?}: `init_timeout_secs` is for `command` upstreams"),
+                ));
+            };
             if *timeout.get_ref() == 0 {
                 return Err(at.error(
-                    timeout.span().start,
+                    timeout_at,
                     format!("upstream {name:?}: `init_timeout_secs` must be at least 1"),
                 ));
             }
-            config.server.initialize_timeout = Duration::from_secs(timeout.into_inner());
+            server.initialize_timeout = Duration::from_secs(timeout.into_inner());
         }
         config.tools = NameFilter::new(upstream.allow_tools, upstream.deny_tools);
         config.prompts = NameFilter::new(upstream.allow_prompts, upstream.deny_prompts);
@@ -360,18 +405,31 @@ init_timeout_secs = 5
 name = "ts"
 prefix = "node"
 command = ["node", "server.mjs"]
+
+[[upstream]]
+name = "far"
+url = "https://mcp.example.com/mcp"
+headers = { "X-Api-Key" = "k" }
 "#,
         )
         .unwrap();
-        let [py, ts] = loaded.federation.upstreams.as_slice() else {
-            panic!("two upstreams");
+        let [py, ts, far] = loaded.federation.upstreams.as_slice() else {
+            panic!("three upstreams");
         };
         assert_eq!(loaded.federation.separator, "__");
-        assert_eq!(py.server.program, "python3");
-        assert_eq!(py.server.args, ["server.py", "--stdio"]);
-        assert_eq!(py.server.initialize_timeout, Duration::from_secs(5));
+        let UpstreamServer::Command(server) = &py.server else {
+            panic!("py runs a command");
+        };
+        assert_eq!(server.program, "python3");
+        assert_eq!(server.args, ["server.py", "--stdio"]);
+        assert_eq!(server.initialize_timeout, Duration::from_secs(5));
         assert!(!py.tools.allows("secret_thing") && py.tools.allows("count"));
         assert_eq!(ts.prefix(), "node");
+        let UpstreamServer::Url(remote) = &far.server else {
+            panic!("far is remote");
+        };
+        assert_eq!(remote.url, "https://mcp.example.com/mcp");
+        assert_eq!(remote.headers, [("X-Api-Key".to_owned(), "k".to_owned())]);
     }
 
     #[test]
@@ -403,9 +461,24 @@ command = ["node", "server.mjs"]
                 "collide",
             ),
             (
-                "[[upstream]]\nname = \"r\"\nurl = \"http://127.0.0.1:1/mcp\"\n",
+                "[[upstream]]\nname = \"r\"\nurl = \"ftp://x/mcp\"\n",
                 "gw.toml:3:",
-                "not supported yet",
+                "http:// or https://",
+            ),
+            (
+                "[[upstream]]\nname = \"r\"\nurl = \"http://x/mcp\"\ninit_timeout_secs = 3\n",
+                "gw.toml:4:",
+                "for `command` upstreams",
+            ),
+            (
+                "[[upstream]]\nname = \"r\"\nurl = \"http://x/mcp\"\nbearer_token_file = \"/nonexistent/token\"\n",
+                "gw.toml:4:",
+                "bearer_token_file",
+            ),
+            (
+                "[[upstream]]\nname = \"r\"\ncommand = [\"x\"]\nheaders = { a = \"b\" }\n",
+                "gw.toml:3:",
+                "for `url` upstreams",
             ),
             (
                 "[[upstream]]\nname = \"a\"\ncommand = \"x\"\n",

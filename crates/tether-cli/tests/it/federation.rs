@@ -21,7 +21,7 @@ use tether::proto::jsonrpc::{Message, Response};
 use tether::proto::version::ProtocolVersion;
 use tether_testkit::launcher::{BindArg, ServerProcess, ServerSpec, tether_bin};
 use tether_testkit::peers::{self, PeerCommand};
-use tether_testkit::proxy::{ByteFault, FaultPlan, FaultProxy};
+use tether_testkit::proxy::{FaultPlan, FaultProxy, TruncateFault};
 
 use crate::call::{count_args, describe, json_lines, progress_then_result, run_call_with_env};
 
@@ -185,20 +185,23 @@ async fn two_upstreams_are_merged_with_prefixes_and_each_call_reaches_its_own_in
     assert_eq!(info["capabilities"]["tools"]["listChanged"], true, "{info}");
 }
 
-/// `tether call` of each upstream's long tool through a proxy that cuts the connection: every
+/// `tether call` of each upstream's long tool through a proxy that cuts its streams: every
 /// progress value once, in order, then the result; in the 2025 era (a resumed stream) and in
 /// 2026-07-28 (a task).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tether_call_reaches_an_upstream_exactly_once_through_cuts_in_both_eras() {
     let (_dir, path) = config_file(&format!("{}{}", py(""), ts(""))).unwrap();
     let server = gateway(&path).await.unwrap();
-    let plan = FaultPlan::pass_through().with_cut(ByteFault::after(3000).with_jitter(1500));
+    // Streams of many events are truncated mid-event, and resumed; `initialize` and
+    // `server/discover` (whose answers carry the upstreams' long instructions) never are.
+    let plan =
+        FaultPlan::pass_through().with_truncate(TruncateFault::after_events(12).with_jitter(4));
     let proxy = FaultProxy::start(server.addr(), plan).await.unwrap();
     let url = proxy.url_for("/mcp");
     let n = 150;
     let args = count_args(n, 2);
     for protocol in ["2025-11-25", "2026-07-28"] {
-        let cuts_before = proxy.counters().cuts;
+        let cuts_before = proxy.counters().truncations;
         let output = run_call_with_env(
             &[
                 &url,
@@ -225,10 +228,15 @@ async fn tether_call_reaches_an_upstream_exactly_once_through_cuts_in_both_eras(
         let progress =
             progress_then_result(&messages, n).unwrap_or_else(|e| panic!("{e}\n{}", report()));
         assert_eq!(progress, (1..=n).collect::<Vec<_>>(), "{}", report());
-        assert!(proxy.counters().cuts > cuts_before, "no cut: {}", report());
+        assert!(
+            proxy.counters().truncations > cuts_before,
+            "no cut: {}",
+            report()
+        );
     }
     // server-everything's long operation: 20 steps in 2 s, through the same cuts.
     let steps = 20;
+    let cuts_before = proxy.counters().truncations;
     let output = run_call_with_env(
         &[
             &url,
@@ -253,6 +261,11 @@ async fn tether_call_reaches_an_upstream_exactly_once_through_cuts_in_both_eras(
         (1..=steps).collect::<Vec<_>>(),
         "{}",
         describe(&output)
+    );
+    assert!(
+        proxy.counters().truncations > cuts_before,
+        "no cut: {}",
+        proxy.report()
     );
     let last = messages.last().unwrap();
     assert!(
@@ -537,7 +550,7 @@ async fn bad_config_files_exit_2_naming_the_file_line_and_key() {
             "collide",
         ),
         (
-            "[[upstream]]\nname = \"remote\"\nurl = \"http://127.0.0.1:9/mcp\"\n".to_owned(),
+            "[[upstream]]\nname = \"remote\"\nurl = \"ftp://127.0.0.1:9/mcp\"\n".to_owned(),
             3,
             "url",
         ),
@@ -623,4 +636,141 @@ async fn ensure_serves(server: &ServerProcess) -> anyhow::Result<()> {
     let names = tool_names(&client).await?;
     ensure!(names.iter().any(|n| n == "py_count"), "{names:?}");
     Ok(())
+}
+
+/// The `progress` values of the progress notifications a call's stream carried (rmcp writes
+/// them as floats), and its final answer.
+async fn progress_and_answer(
+    client: &Client,
+    tool: &str,
+    arguments: Value,
+) -> anyhow::Result<(Vec<u64>, Result<Value, Value>)> {
+    let params = json!({"name": tool, "arguments": arguments, "_meta": {"progressToken": "p"}});
+    let mut stream = client.request("tools/call", Some(params)).await?;
+    let mut progress = Vec::new();
+    while let Some(message) = stream.next().await {
+        match message? {
+            Message::Notification(n) if n.method == "notifications/progress" => {
+                let value = n.params.unwrap_or_default()["progress"]
+                    .as_f64()
+                    .context("a progress value")?;
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                progress.push(value as u64);
+            }
+            Message::Response(Response::Result(answer)) => {
+                return Ok((progress, Ok(answer.result)));
+            }
+            Message::Response(Response::Error(error)) => {
+                return Ok((progress, Err(serde_json::to_value(&error.error)?)));
+            }
+            _ => {}
+        }
+    }
+    anyhow::bail!("the stream ended without an answer")
+}
+
+/// Three remote upstreams beside a stdio one: rmcp 3.11.0 over HTTP, a `tether serve` demo
+/// that requires a bearer token (which only the upstream's own `bearer_token_file` holds:
+/// the caller sends none), and one nobody listens at. Tools of the reachable ones are merged
+/// and called in both eras, a call's progress reaches the caller exactly once through cuts,
+/// and the unreachable one fails only its own calls, typed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_upstreams_are_reached_through_tethers_client_with_their_own_credentials() {
+    let rmcp = peers::rmcp_server("legacy").unwrap().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("demo.tokens"), "gateway:s3cret-token\n").unwrap();
+    std::fs::write(dir.path().join("demo.token"), "s3cret-token\n").unwrap();
+    let demo = ServerSpec::tether_serve()
+        .unwrap()
+        .args(["--store", "memory", "--auth-token-file"])
+        .arg(dir.path().join("demo.tokens"))
+        .start()
+        .await
+        .unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = format!("http://{}/mcp", closed.local_addr().unwrap());
+    drop(closed);
+    let text = format!(
+        "{}[[upstream]]\nname = \"rs\"\nurl = {}\n\n[[upstream]]\nname = \"demo\"\nurl = {}\nbearer_token_file = \"demo.token\"\n\n[[upstream]]\nname = \"gone\"\nurl = {}\n",
+        py(""),
+        quoted(rmcp.url()),
+        quoted(demo.url()),
+        quoted(&nobody)
+    );
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    let server = gateway(&path).await.unwrap();
+    let plan =
+        FaultPlan::pass_through().with_truncate(TruncateFault::after_events(12).with_jitter(4));
+    let proxy = FaultProxy::start(server.addr(), plan).await.unwrap();
+
+    let cut = Client::connect(
+        &proxy.url_for("/mcp"),
+        client_config(ProtocolChoice::Legacy),
+    )
+    .await
+    .unwrap();
+    let n = 120;
+    let (progress, answer) =
+        progress_and_answer(&cut, "rs_count", json!({"n": n, "interval_ms": 2}))
+            .await
+            .unwrap();
+    assert_eq!(text_of(&answer.unwrap()), format!("counted {n}"));
+    assert_eq!(
+        progress,
+        (1..=n).collect::<Vec<_>>(),
+        "proxy: {}",
+        proxy.report()
+    );
+    assert!(
+        proxy.counters().truncations >= 1,
+        "no cut: {}",
+        proxy.report()
+    );
+
+    for protocol in [
+        ProtocolChoice::Legacy,
+        ProtocolChoice::Version(ProtocolVersion::MODERN),
+    ] {
+        let client = connect(&server, protocol).await.unwrap();
+        let names = tool_names(&client).await.unwrap();
+        for expected in ["py_count", "rs_count", "demo_count", "demo_echo"] {
+            assert!(
+                names.iter().any(|n| n == expected),
+                "{protocol:?}: {expected} missing: {names:?}\n{}",
+                server.logs()
+            );
+        }
+        assert!(!names.iter().any(|n| n.starts_with("gone_")), "{names:?}");
+        let counted = call(&client, "rs_count", json!({"n": 3})).await.unwrap();
+        assert_eq!(text_of(&counted.unwrap()), "counted 3", "{protocol:?}");
+        let counted = call(&client, "demo_count", json!({"n": 2, "interval_ms": 0}))
+            .await
+            .unwrap();
+        assert_eq!(
+            text_of(&counted.unwrap()),
+            "counted 2",
+            "{protocol:?}: the upstream's token was sent"
+        );
+        let failed = call(&client, "gone_count", json!({}))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(failed["code"], -32603, "{protocol:?}: {failed}");
+        assert!(
+            failed["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("upstream \"gone\""),
+            "{protocol:?}: {failed}"
+        );
+        assert_eq!(
+            failed["data"]["reason"], "unreachable",
+            "{protocol:?}: {failed}"
+        );
+        let counted = call(&client, "py_count", json!({"n": 1, "interval_ms": 0}))
+            .await
+            .unwrap();
+        assert_eq!(text_of(&counted.unwrap()), "counted 1", "{protocol:?}");
+    }
 }

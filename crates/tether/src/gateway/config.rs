@@ -149,8 +149,20 @@ impl FederationConfig {
     }
 }
 
-/// One upstream of a federation: a stdio server, what it is called, and which of its tools
-/// and prompts callers may see.
+/// What an upstream of a federation runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamServer {
+    /// A stdio server, run as the gateway runs one (a child per legacy session, one per
+    /// 2026-07-28 principal).
+    Command(GatewayConfig),
+    /// A remote Streamable HTTP server, reached through tether's client.
+    #[cfg(feature = "client")]
+    Url(super::RemoteConfig),
+}
+
+/// One upstream of a federation: its server, what it is called, and which of its tools and
+/// prompts callers may see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
@@ -158,8 +170,8 @@ pub struct UpstreamConfig {
     pub name: String,
     /// The prefix of its tools' and prompts' federated names, if not its name.
     pub prefix: Option<String>,
-    /// The stdio server and its limits.
-    pub server: GatewayConfig,
+    /// The server.
+    pub server: UpstreamServer,
     /// Which tools callers see and may call.
     pub tools: NameFilter,
     /// Which prompts callers see and may get.
@@ -176,7 +188,19 @@ impl UpstreamConfig {
         Self {
             name: name.into(),
             prefix: None,
-            server: GatewayConfig::new(program, args),
+            server: UpstreamServer::Command(GatewayConfig::new(program, args)),
+            tools: NameFilter::default(),
+            prompts: NameFilter::default(),
+        }
+    }
+
+    /// An upstream called `name` at a remote server, every tool and prompt shown.
+    #[cfg(feature = "client")]
+    pub fn url(name: impl Into<String>, remote: super::RemoteConfig) -> Self {
+        Self {
+            name: name.into(),
+            prefix: None,
+            server: UpstreamServer::Url(remote),
             tools: NameFilter::default(),
             prompts: NameFilter::default(),
         }

@@ -46,7 +46,7 @@ use crate::server::{Handler, RequestContext, ServerInfo, SessionContext, TaskSup
 
 use super::StdioGateway;
 use super::child::gateway_error;
-use super::config::{FederationConfig, UpstreamConfig};
+use super::config::{FederationConfig, UpstreamConfig, UpstreamServer};
 
 /// The kinds of list the federation merges: the method, the result's array member, and
 /// whether its entries are named (tools, prompts: prefixed) or addressed by URI (resources).
@@ -94,11 +94,19 @@ struct Upstreams {
     members: Vec<Arc<Member>>,
 }
 
-/// One upstream: what the config says of it, and the gateway that runs its children.
-#[derive(Debug)]
+/// One upstream: what the config says of it, and the gateway that serves it (a
+/// [`StdioGateway`] or a `RemoteGateway`).
 struct Member {
     config: UpstreamConfig,
-    gateway: StdioGateway,
+    gateway: Box<dyn Handler>,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a reload changed, by upstream name.
@@ -123,7 +131,11 @@ impl Reloaded {
 
 impl Member {
     fn new(config: UpstreamConfig) -> Arc<Self> {
-        let gateway = StdioGateway::restarting(config.server.clone());
+        let gateway: Box<dyn Handler> = match &config.server {
+            UpstreamServer::Command(server) => Box::new(StdioGateway::restarting(server.clone())),
+            #[cfg(feature = "client")]
+            UpstreamServer::Url(remote) => Box::new(super::RemoteGateway::new(remote.clone())),
+        };
         Arc::new(Self { config, gateway })
     }
 
@@ -725,11 +737,10 @@ mod tests {
 
     #[test]
     fn capabilities_merge_as_a_union_and_lists_may_change() {
-        let member = |name: &str| Member {
-            config: UpstreamConfig::command(name, "true", []),
-            gateway: StdioGateway::restarting(UpstreamConfig::command(name, "true", []).server),
-        };
-        let (a, b) = (member("a"), member("b"));
+        let (a, b) = (
+            Member::new(UpstreamConfig::command("a", "true", [])),
+            Member::new(UpstreamConfig::command("b", "true", [])),
+        );
         let info = |capabilities: Value, instructions: Option<&str>| ServerInfo {
             name: "x".into(),
             version: "1".into(),
@@ -738,11 +749,11 @@ mod tests {
         };
         let merged = federated_info(&[
             (
-                &a,
+                &*a,
                 info(json!({"tools": {}, "logging": {}}), Some("counts")),
             ),
             (
-                &b,
+                &*b,
                 info(
                     json!({"tools": {"listChanged": false}, "resources": {"subscribe": true}}),
                     None,

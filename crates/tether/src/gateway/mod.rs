@@ -71,6 +71,8 @@ mod federation;
     )
 )]
 mod in_process;
+#[cfg(feature = "client")]
+mod remote;
 #[cfg(feature = "rmcp")]
 pub(crate) use in_process::InProcessServer;
 #[cfg(feature = "rmcp")]
@@ -80,9 +82,11 @@ use child::{Child, Owner, gateway_error};
 pub(crate) use config::Launch;
 pub use config::{
     DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_MAX_LINE_BYTES, DEFAULT_SEPARATOR, FederationConfig,
-    FederationError, GatewayConfig, NameFilter, UpstreamConfig,
+    FederationError, GatewayConfig, NameFilter, UpstreamConfig, UpstreamServer,
 };
 pub use federation::{FederatedGateway, Reloaded};
+#[cfg(feature = "client")]
+pub use remote::{REMOTE_CONNECT_WITHIN, REMOTE_DOWN_FOR, RemoteConfig, RemoteGateway};
 
 /// The gateway [`Handler`]; see the module docs.
 #[derive(Debug)]
