@@ -45,7 +45,7 @@ use tether::{
     demo::DemoHandler,
     gateway::{FederatedGateway, GatewayConfig, StdioGateway},
     server::oauth::{IntrospectionConfig, OAuthConfig, OAuthResource},
-    server::{Authenticator, BearerTokens, Eras, Handler, Server, ServerConfig},
+    server::{Authenticator, BearerTokens, Eras, Handler, RateLimit, Server, ServerConfig},
     store::{StoreLimits, Stores, redis, sqlite},
 };
 use tokio::{net::TcpListener, sync::oneshot};
@@ -244,6 +244,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = parse_positive_usize)]
     max_sessions_per_principal: Option<usize>,
 
+    /// Requests each principal may make, `N/s`, `N/m`, `N/h` or `N/SECSs` (`10/s`, `600/m`,
+    /// `5/30s`), as many at once: past it, a POST of requests for new work gets 429 with
+    /// `Retry-After`, which tether's client and the SDKs wait out. `initialize`,
+    /// `server/discover`, `ping`, `tasks/*` and resumes are free. Default: no limit.
+    #[arg(long, value_name = "N/PERIOD", value_parser = parse_rate_limit)]
+    rate_limit: Option<RateLimit>,
+
     /// Requests in flight per session at most; more get 429 with `Retry-After`.
     #[arg(long, value_name = "N", default_value_t = tether::server::DEFAULT_MAX_CONCURRENT_REQUESTS_PER_SESSION, value_parser = parse_positive_usize)]
     max_requests_per_session: usize,
@@ -421,6 +428,30 @@ fn parse_tool_scope(value: &str) -> Result<(String, String), String> {
     }
 }
 
+/// `N/PERIOD` of `--rate-limit`.
+fn parse_rate_limit(value: &str) -> Result<RateLimit, String> {
+    let shape =
+        || format!("expected N/s, N/m, N/h or N/SECSs (such as 10/s or 5/30s), got {value:?}");
+    let (requests, period) = value.split_once('/').ok_or_else(shape)?;
+    let requests: u32 = requests.parse().map_err(|_| shape())?;
+    let period = match period {
+        "s" => Duration::from_secs(1),
+        "m" => Duration::from_secs(60),
+        "h" => Duration::from_secs(3600),
+        secs => Duration::from_secs(
+            secs.strip_suffix('s')
+                .and_then(|secs| secs.parse::<u64>().ok())
+                .ok_or_else(shape)?,
+        ),
+    };
+    if requests == 0 || period.is_zero() {
+        return Err(format!(
+            "{value:?}: the rate must allow at least one request, in a period of at least 1 s"
+        ));
+    }
+    Ok(RateLimit::per(requests, period))
+}
+
 fn parse_eras(value: &str) -> Result<Eras, String> {
     value
         .parse()
@@ -571,6 +602,7 @@ impl ServeArgs {
             self.max_sessions_per_principal.unwrap_or(self.max_sessions);
         config.max_concurrent_requests_per_session = self.max_requests_per_session;
         config.max_tasks_per_principal = self.max_tasks_per_principal;
+        config.rate_limit = self.rate_limit;
         config.task_ttl = Duration::from_secs(self.task_ttl_secs);
         config.task_events_retention = Duration::from_secs(self.task_events_retention_secs);
         config.task_max_event_bytes = self.task_max_event_bytes;
@@ -956,6 +988,18 @@ mod tests {
         );
         assert!(parse_store("sqlite:").is_err());
         assert!(parse_store("postgres://x").is_err());
+    }
+
+    #[test]
+    fn rate_limits() {
+        let per = |n, secs| Ok(RateLimit::per(n, Duration::from_secs(secs)));
+        assert_eq!(parse_rate_limit("10/s"), per(10, 1));
+        assert_eq!(parse_rate_limit("600/m"), per(600, 60));
+        assert_eq!(parse_rate_limit("1/h"), per(1, 3600));
+        assert_eq!(parse_rate_limit("5/30s"), per(5, 30));
+        for bad in ["10", "0/s", "10/0s", "10/d", "x/s", "-1/s", "10/s/s"] {
+            assert!(parse_rate_limit(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

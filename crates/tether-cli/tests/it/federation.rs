@@ -774,3 +774,106 @@ async fn remote_upstreams_are_reached_through_tethers_client_with_their_own_cred
         assert_eq!(text_of(&counted.unwrap()), "counted 1", "{protocol:?}");
     }
 }
+
+/// `tether_rate_limited_total` on the gateway's `/metrics`.
+async fn rate_limited(server: &ServerProcess) -> u64 {
+    let raw = tether_testkit::raw::RawClient::new(server.url()).unwrap();
+    let metrics = raw
+        .send(
+            &tether_testkit::raw::RawRequest::new("GET", "/metrics")
+                .header("host", &server.addr().to_string()),
+        )
+        .await
+        .unwrap()
+        .read_to_end()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&metrics.body);
+    text.lines()
+        .find_map(|line| line.strip_prefix("tether_rate_limited_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no tether_rate_limited_total in {text}"))
+}
+
+/// `rate-limit = "2/2s"` in `[serve]`: a third call at once gets 429 with `Retry-After` and
+/// a JSON-RPC error, having run nothing; tether's client waits it out and every call of a
+/// quick run succeeds, while the gateway counts the refusals it waited through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_answers_429_with_retry_after_and_tethers_client_waits_and_succeeds() {
+    let text = format!("[serve]\nrate-limit = \"2/2s\"\n\n{}", py(""));
+    let (_dir, path) = config_file(&text).unwrap();
+    let server = gateway(&path).await.unwrap();
+    let mut raw = tether_testkit::raw::RawClient::new(server.url())
+        .unwrap()
+        .with_timeout(Duration::from_secs(30));
+    raw.initialize().await.unwrap();
+    let mut statuses = Vec::new();
+    let mut refusal = None;
+    for _ in 0..3 {
+        let (_, response) = raw
+            .call_tool("py_count", json!({"n": 1, "interval_ms": 0}), None)
+            .await
+            .unwrap();
+        let transcript = response.read_to_end().await.unwrap();
+        statuses.push(transcript.status);
+        if transcript.status == 429 {
+            refusal = Some(transcript);
+        }
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let refusal = refusal.unwrap();
+    let after: u64 = refusal
+        .headers
+        .get("Retry-After")
+        .and_then(|value| value.parse().ok())
+        .expect("a Retry-After in seconds");
+    assert!((1..=2).contains(&after), "Retry-After {after}");
+    let body = refusal.json().unwrap();
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("rate limit"),
+        "{body}"
+    );
+    // Neither ping nor a resume is limited.
+    let pinged = raw
+        .post_request("ping", json!({}))
+        .await
+        .unwrap()
+        .1
+        .read_to_end()
+        .await
+        .unwrap();
+    assert_eq!(pinged.status, 200);
+
+    let before = rate_limited(&server).await;
+    assert_eq!(before, 1);
+    let client = connect(&server, ProtocolChoice::Legacy).await.unwrap();
+    for i in 0..5 {
+        let counted = call(&client, "py_count", json!({"n": 1, "interval_ms": 0}))
+            .await
+            .unwrap();
+        assert_eq!(text_of(&counted.unwrap()), "counted 1", "call {i}");
+    }
+    let legacy = rate_limited(&server).await;
+    assert!(
+        legacy > before,
+        "five calls in a row at 2 per 2 s were refused at least once, and waited out"
+    );
+    // A 2026-07-28 request is limited alike, and waited out alike.
+    let modern = connect(&server, ProtocolChoice::Version(ProtocolVersion::MODERN))
+        .await
+        .unwrap();
+    for i in 0..4 {
+        let counted = call(&modern, "py_count", json!({"n": 1, "interval_ms": 0}))
+            .await
+            .unwrap();
+        assert_eq!(text_of(&counted.unwrap()), "counted 1", "modern call {i}");
+    }
+    assert!(
+        rate_limited(&server).await > legacy,
+        "modern calls were limited too"
+    );
+}

@@ -212,6 +212,10 @@ pub struct ServerConfig {
     /// dual-era client falls back to a session, where a cut stream resumes); under `Modern`
     /// `initialize` is refused as an unsupported version. docs/CONTRACTS.md#eras.
     pub eras: Eras,
+    /// Requests each principal may make (`tether serve --rate-limit`; default none): the
+    /// requests for new work of a principal past it get 429 with `Retry-After`
+    /// ([`RateLimit`](super::RateLimit)).
+    pub rate_limit: Option<super::RateLimit>,
 }
 
 impl Default for ServerConfig {
@@ -241,6 +245,7 @@ impl Default for ServerConfig {
             task_max_event_bytes: DEFAULT_TASK_MAX_EVENT_BYTES,
             max_tasks_per_principal: DEFAULT_MAX_TASKS_PER_PRINCIPAL,
             eras: Eras::Both,
+            rate_limit: None,
         }
     }
 }

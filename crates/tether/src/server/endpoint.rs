@@ -218,7 +218,7 @@ pub(crate) async fn post(
     let accept = accept_value(&parts.headers);
     let eras = config.eras;
     if let Some(message) = modern_message(&parts.headers, &bytes, eras)? {
-        state.authorize_calls(&credentials, std::slice::from_ref(&message))?;
+        state.admit(&credentials, std::slice::from_ref(&message))?;
         let headers = RequestHeaders {
             protocol_version: header_str(&parts.headers, MCP_PROTOCOL_VERSION),
             method: header_str(&parts.headers, MCP_METHOD),
@@ -296,7 +296,7 @@ pub(crate) async fn post(
         RpcBody::Single(message) => std::slice::from_ref(message),
         RpcBody::Batch(messages) => messages.as_slice(),
     };
-    state.authorize_calls(&credentials, messages)?;
+    state.admit(&credentials, messages)?;
     let is_batch = matches!(body, RpcBody::Batch(_));
     match (runtime, home_node) {
         (Some(runtime), _) => {

@@ -34,6 +34,13 @@ pub const TOO_MANY_SESSIONS_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// short pause is enough for a slot to free up.
 pub const TOO_MANY_REQUESTS_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// `Retry-After` in whole seconds: rounded up, so a client that waits as told is admitted,
+/// and at least 1.
+fn retry_after_secs(after: Duration) -> u64 {
+    let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+    secs.max(1)
+}
+
 /// `Retry-After` for 503 while shutting down: a restart or another node takes a few seconds.
 pub const SHUTTING_DOWN_RETRY_AFTER: Duration = Duration::from_secs(2);
 
@@ -152,6 +159,13 @@ pub enum ServerError {
     /// The session has its maximum number of requests in flight: 429 with `Retry-After`.
     #[error("too many concurrent requests in this session")]
     TooManyRequests,
+    /// The principal used up its rate limit (`ServerConfig::rate_limit`): 429 with
+    /// `Retry-After`, the whole seconds until it may send this again.
+    #[error("rate limit reached: send this again in {}s", retry_after_secs(*.retry_after))]
+    RateLimited {
+        /// How long until the request would be admitted.
+        retry_after: Duration,
+    },
     /// An unusable `Last-Event-ID`: 400 with -32000 and `data.reason`.
     #[error("cannot resume: {}", .0.as_str())]
     ResumeRefused(ResumeRefusal),
@@ -223,9 +237,9 @@ impl ServerError {
             Self::TooManySessions | Self::ShuttingDown | Self::HomeUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            Self::TooManyRequests | Self::Store(StoreError::TooManyStreams) => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            Self::TooManyRequests
+            | Self::RateLimited { .. }
+            | Self::Store(StoreError::TooManyStreams) => StatusCode::TOO_MANY_REQUESTS,
             Self::GetDisabled | Self::ModernMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Modern(refusal) => refusal.status,
             Self::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
@@ -269,11 +283,12 @@ impl ServerError {
         let retry_after = |after: Duration| {
             (
                 header::RETRY_AFTER,
-                HeaderValue::from(after.as_secs().max(1)),
+                HeaderValue::from(retry_after_secs(after)),
             )
         };
         match self {
             Self::TooManySessions => vec![retry_after(TOO_MANY_SESSIONS_RETRY_AFTER)],
+            Self::RateLimited { retry_after: after } => vec![retry_after(*after)],
             Self::TooManyRequests | Self::Store(StoreError::TooManyStreams) => {
                 vec![retry_after(TOO_MANY_REQUESTS_RETRY_AFTER)]
             }
@@ -416,6 +431,13 @@ mod tests {
             (ServerError::TooManySessions, 503, Some(-32600)),
             (ServerError::TooManyRequests, 429, Some(-32600)),
             (
+                ServerError::RateLimited {
+                    retry_after: Duration::from_millis(1500),
+                },
+                429,
+                Some(-32600),
+            ),
+            (
                 ServerError::ResumeRefused(ResumeRefusal::Expired),
                 400,
                 Some(-32000),
@@ -473,5 +495,17 @@ mod tests {
         assert_eq!(headers[0].1, "POST, DELETE");
         let headers = unauthorized(AuthFailure::Missing).extra_headers();
         assert_eq!(headers[0].1, "Bearer");
+        // Rounded up: waiting as told is enough.
+        let limited = |millis| {
+            ServerError::RateLimited {
+                retry_after: Duration::from_millis(millis),
+            }
+            .extra_headers()[0]
+                .1
+                .clone()
+        };
+        assert_eq!(limited(1500), "2");
+        assert_eq!(limited(2000), "2");
+        assert_eq!(limited(10), "1");
     }
 }

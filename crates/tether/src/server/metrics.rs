@@ -175,6 +175,7 @@ pub(crate) struct Metrics {
     modern_requests: Family<ModernLabels, Counter>,
     auth_failures: Family<ReasonLabels, Counter>,
     orphans_answered: Counter,
+    rate_limited: Counter,
     /// Follows [`crate::telemetry::dropped_spans`], process-wide, under a lock so that two
     /// scrapes at once cannot both add the same drops.
     spans_dropped: std::sync::Mutex<Counter>,
@@ -254,6 +255,12 @@ impl Default for Metrics {
                 "Requests a dead process left unanswered, answered with an error",
                 Counter::default(),
             ),
+            rate_limited: add(
+                r,
+                "rate_limited",
+                "POSTs refused with 429 because their principal was past its rate limit",
+                Counter::default(),
+            ),
             spans_dropped: std::sync::Mutex::new(add(
                 r,
                 "telemetry_spans_dropped",
@@ -306,6 +313,10 @@ impl Metrics {
         self.auth_failures
             .get_or_create(&ReasonLabels { reason })
             .inc();
+    }
+
+    pub(crate) fn rate_limited(&self) {
+        self.rate_limited.inc();
     }
 
     pub(crate) fn orphans_answered(&self, requests: u64) {

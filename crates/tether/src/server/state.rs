@@ -63,6 +63,8 @@ pub(crate) struct ServerState {
     pub(crate) subscriptions: Arc<Subscriptions>,
     /// Seals and opens the 2026-07-28 era's `requestState`.
     pub(crate) sealer: Sealer,
+    /// The per-principal buckets of `config.rate_limit`.
+    rate_limiter: Option<super::rate_limit::RateLimiter>,
     runtimes: Mutex<HashMap<SessionId, Arc<SessionRuntime>>>,
     /// Serializes session creation so that `max_sessions` is a hard bound (count, then
     /// insert, without another initialize in between).
@@ -97,6 +99,7 @@ impl ServerState {
             metrics: Arc::clone(&metrics),
         });
         let sealer = Sealer::new(sealing_key, config.request_state_ttl);
+        let rate_limiter = config.rate_limit.map(super::rate_limit::RateLimiter::new);
         Self {
             config,
             handler,
@@ -111,6 +114,7 @@ impl ServerState {
             shutdown: CancellationToken::new(),
             subscriptions: Arc::default(),
             sealer,
+            rate_limiter,
             runtimes: Mutex::new(HashMap::new()),
             create_lock: tokio::sync::Mutex::new(()),
         }
@@ -137,10 +141,30 @@ impl ServerState {
         outcome.map_err(|failure| self.refuse(authenticator.as_ref(), failure))
     }
 
+    /// Whether the requests among `messages` may run: refused with 403 for a missing scope
+    /// (`authorize_calls`), then with 429 past the principal's rate limit
+    /// ([`ServerConfig::rate_limit`]), before anything of them runs.
+    pub(crate) fn admit(
+        &self,
+        credentials: &Credentials,
+        messages: &[Message],
+    ) -> Result<(), ServerError> {
+        self.authorize_calls(credentials, messages)?;
+        // After the scope check: a refused call spends no token.
+        if let Some(limiter) = &self.rate_limiter
+            && let Err(retry_after) = limiter.admit(&credentials.principal, messages)
+        {
+            self.metrics.rate_limited();
+            tracing::debug!(principal = %credentials.principal, ?retry_after, "rate limited");
+            return Err(ServerError::RateLimited { retry_after });
+        }
+        Ok(())
+    }
+
     /// 403 when a `tools/call` among `messages` names a tool that needs scopes `credentials`
     /// lack (docs/CONTRACTS.md#oauth-scopes); `tools/list` still lists it. Nothing is looked
     /// at without an authenticator.
-    pub(crate) fn authorize_calls(
+    fn authorize_calls(
         &self,
         credentials: &Credentials,
         messages: &[Message],
