@@ -19,7 +19,8 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use serde::Deserialize;
 use tether::gateway::{
-    FederationConfig, FederationError, NameFilter, RemoteConfig, UpstreamConfig, UpstreamServer,
+    ChildScope, FederationConfig, FederationError, NameFilter, RemoteConfig, UpstreamConfig,
+    UpstreamServer,
 };
 use toml::Spanned;
 
@@ -45,6 +46,9 @@ struct Upstream {
     url: Option<Spanned<String>>,
     prefix: Option<String>,
     init_timeout_secs: Option<Spanned<u64>>,
+    /// `command` upstreams: who shares a child, `session` (the default), `principal` or
+    /// `shared`.
+    children: Option<Spanned<Children>>,
     /// `url` upstreams: headers sent on every request (an API key).
     #[serde(default)]
     headers: BTreeMap<String, String>,
@@ -59,6 +63,15 @@ struct Upstream {
     allow_prompts: Vec<String>,
     #[serde(default)]
     deny_prompts: Vec<String>,
+}
+
+/// `children = "…"`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Children {
+    Session,
+    Principal,
+    Shared,
 }
 
 /// A config file read and checked.
@@ -202,6 +215,19 @@ fn parse(path: &Path, text: &str) -> Result<Loaded, UsageError> {
                 ));
             }
             server.initialize_timeout = Duration::from_secs(timeout.into_inner());
+        }
+        if let Some(children) = upstream.children {
+            let UpstreamServer::Command(server) = &mut config.server else {
+                return Err(at.error(
+                    children.span().start,
+                    format!("upstream {name:?}: `children` is for `command` upstreams"),
+                ));
+            };
+            server.children = match children.into_inner() {
+                Children::Session => ChildScope::Session,
+                Children::Principal => ChildScope::Principal,
+                Children::Shared => ChildScope::Shared,
+            };
         }
         config.tools = NameFilter::new(upstream.allow_tools, upstream.deny_tools);
         config.prompts = NameFilter::new(upstream.allow_prompts, upstream.deny_prompts);
@@ -400,6 +426,7 @@ name = "py"
 command = ["python3", "server.py", "--stdio"]
 deny_tools = ["secret*"]
 init_timeout_secs = 5
+children = "shared"
 
 [[upstream]]
 name = "ts"
@@ -423,6 +450,11 @@ headers = { "X-Api-Key" = "k" }
         assert_eq!(server.program, "python3");
         assert_eq!(server.args, ["server.py", "--stdio"]);
         assert_eq!(server.initialize_timeout, Duration::from_secs(5));
+        assert_eq!(server.children, ChildScope::Shared);
+        let UpstreamServer::Command(node) = &ts.server else {
+            panic!("ts runs a command");
+        };
+        assert_eq!(node.children, ChildScope::Session, "the default");
         assert!(!py.tools.allows("secret_thing") && py.tools.allows("count"));
         assert_eq!(ts.prefix(), "node");
         let UpstreamServer::Url(remote) = &far.server else {
@@ -487,6 +519,16 @@ headers = { "X-Api-Key" = "k" }
             ),
             ("", "gw.toml:1:", "no upstreams"),
             ("[[upstream]\n", "gw.toml:1:", ""),
+            (
+                "[[upstream]]\nname = \"r\"\nurl = \"http://x/mcp\"\nchildren = \"shared\"\n",
+                "gw.toml:4:",
+                "for `command` upstreams",
+            ),
+            (
+                "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\nchildren = \"many\"\n",
+                "gw.toml:4:",
+                "unknown variant",
+            ),
         ];
         for (text, at, says) in cases {
             let error = parsed(text).expect_err(text);

@@ -877,3 +877,53 @@ async fn a_rate_limit_answers_429_with_retry_after_and_tethers_client_waits_and_
         "modern calls were limited too"
     );
 }
+
+/// `children = "shared"`: every caller's requests, two legacy sessions' and a 2026-07-28
+/// client's, go to one Python child, which sees the gateway's ids and progress tokens; two
+/// calls at once with the same request id and progress token each get their own progress,
+/// and a session's end leaves the child to the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_upstream_serves_every_caller_from_one_child() {
+    let (_dir, path) = config_file(&format!("{}{}", py("children = \"shared\""), ts(""))).unwrap();
+    let server = gateway(&path).await.unwrap();
+    let a = connect(&server, ProtocolChoice::Legacy).await.unwrap();
+    let b = connect(&server, ProtocolChoice::Legacy).await.unwrap();
+    let modern = connect(&server, ProtocolChoice::Version(ProtocolVersion::MODERN))
+        .await
+        .unwrap();
+    let n = 20;
+    let arguments = json!({"n": n, "interval_ms": 20});
+    let (first, second, third) = tokio::join!(
+        progress_and_answer(&a, "py_count", arguments.clone()),
+        progress_and_answer(&b, "py_count", arguments.clone()),
+        progress_and_answer(&modern, "py_count", arguments.clone()),
+    );
+    for (who, run) in [("a", first), ("b", second), ("modern", third)] {
+        let (progress, answer) = run.unwrap();
+        assert_eq!(text_of(&answer.unwrap()), format!("counted {n}"), "{who}");
+        assert_eq!(
+            progress,
+            (1..=n).collect::<Vec<_>>(),
+            "{who}: its own progress, once"
+        );
+    }
+    let children = children_of(server.pid(), "server.py");
+    assert_eq!(
+        children.len(),
+        1,
+        "one Python child for everyone: {children:?}"
+    );
+    a.close().await.unwrap();
+    let counted = call(&b, "py_count", json!({"n": 1, "interval_ms": 0}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&counted.unwrap()), "counted 1");
+    assert_eq!(
+        children_of(server.pid(), "server.py"),
+        children,
+        "the same child"
+    );
+    // The other upstream, a child per session, is unaffected.
+    let echoed = call(&b, "ts_echo", json!({"message": "x"})).await.unwrap();
+    assert_eq!(text_of(&echoed.unwrap()), "Echo: x");
+}

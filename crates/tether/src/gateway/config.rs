@@ -51,6 +51,21 @@ pub(super) const QUESTION_METHODS: [&str; 3] =
 /// Messages queued for a child's input before writers wait.
 pub(super) const STDIN_QUEUE: usize = 64;
 
+/// Which callers share a child of the gateway.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChildScope {
+    /// One child per legacy session, started by its `initialize` with the client's own
+    /// handshake (the default); 2026-07-28 requests get one per principal.
+    #[default]
+    Session,
+    /// One child per principal, for its legacy sessions and its 2026-07-28 requests alike,
+    /// started on first use with the gateway's handshake.
+    Principal,
+    /// One child for every caller, started on first use with the gateway's handshake.
+    Shared,
+}
+
 /// What the gateway runs and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -63,6 +78,10 @@ pub struct GatewayConfig {
     pub initialize_timeout: Duration,
     /// The longest line the child may write to stdout.
     pub max_line_bytes: usize,
+    /// Which callers share a child. With `Principal` or `Shared`, the child's ids and
+    /// progress tokens are the gateway's (as for 2026-07-28 requests), and what it says
+    /// outside any request has no session to go to and is dropped.
+    pub children: ChildScope,
 }
 
 impl GatewayConfig {
@@ -73,6 +92,7 @@ impl GatewayConfig {
             args: args.into_iter().collect(),
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            children: ChildScope::Session,
         }
     }
 }

@@ -81,8 +81,8 @@ pub(crate) use in_process::{PipeClosed, ServerInput, ServerOutput, ServerPipe};
 use child::{Child, Owner, gateway_error};
 pub(crate) use config::Launch;
 pub use config::{
-    DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_MAX_LINE_BYTES, DEFAULT_SEPARATOR, FederationConfig,
-    FederationError, GatewayConfig, NameFilter, UpstreamConfig, UpstreamServer,
+    ChildScope, DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_MAX_LINE_BYTES, DEFAULT_SEPARATOR,
+    FederationConfig, FederationError, GatewayConfig, NameFilter, UpstreamConfig, UpstreamServer,
 };
 pub use federation::{FederatedGateway, Reloaded};
 #[cfg(feature = "client")]
@@ -260,6 +260,35 @@ impl StdioGateway {
         Ok(child)
     }
 
+    /// The key of the child that serves `principal`'s requests outside its own session's
+    /// child: the principal, or one key for everyone ([`ChildScope::Shared`]).
+    fn principal_key<'a>(&self, principal: &'a str) -> &'a str {
+        match self.config.children {
+            ChildScope::Shared => "",
+            ChildScope::Session | ChildScope::Principal => principal,
+        }
+    }
+
+    /// Whether legacy sessions have children of their own.
+    fn per_session(&self) -> bool {
+        self.config.children == ChildScope::Session
+    }
+
+    /// A request relayed to the child of `principal`'s key, under the gateway's id and
+    /// progress token.
+    async fn call_principal_child(
+        &self,
+        request: &Request,
+        context: RequestContext,
+    ) -> Result<Value, ErrorObject> {
+        let key = self.principal_key(context.session().principal());
+        let started = self.principal_child(key).await?;
+        let id = RequestId::String(self.next_child_id("m"));
+        let token = context.progress_token().map(|_| self.next_child_id("p"));
+        let forwarded = for_legacy_child(request, id, token.as_deref());
+        started.child.call(forwarded, context, token).await
+    }
+
     /// A gateway-wide number for the id (or progress token) a child sees.
     fn next_child_id(&self, kind: &str) -> String {
         format!(
@@ -355,7 +384,10 @@ impl Handler for StdioGateway {
     }
 
     async fn modern_server_info(&self, principal: &str) -> Result<ServerInfo, ErrorObject> {
-        Ok(self.principal_child(principal).await?.info)
+        Ok(self
+            .principal_child(self.principal_key(principal))
+            .await?
+            .info)
     }
 
     /// Every `tools/call` may run as a task.
@@ -375,6 +407,13 @@ impl Handler for StdioGateway {
         request: &Request,
         session: SessionContext,
     ) -> Result<Value, ErrorObject> {
+        if !self.per_session() {
+            // The shared child answered the gateway's own handshake; the session is told
+            // who it is at the session's version.
+            let key = self.principal_key(session.principal());
+            let started = self.principal_child(key).await?;
+            return Ok(started.info.initialize_result(&session));
+        }
         let id = session.session_id().clone();
         let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
             .map_err(|error| {
@@ -389,6 +428,10 @@ impl Handler for StdioGateway {
     }
 
     fn session_alive(&self, session: &SessionId) -> bool {
+        if !self.per_session() {
+            // Nothing of the session is in the shared child: it is served by whichever runs.
+            return true;
+        }
         match self.child(session) {
             Some(child) => !child.is_dead(),
             // A session this process never served outlived its server (a restart): an
@@ -429,12 +472,8 @@ impl Handler for StdioGateway {
         request: Request,
         context: RequestContext,
     ) -> Result<Value, ErrorObject> {
-        if context.era() == crate::server::Era::Modern {
-            let started = self.principal_child(context.session().principal()).await?;
-            let id = RequestId::String(self.next_child_id("m"));
-            let token = context.progress_token().map(|_| self.next_child_id("p"));
-            let forwarded = for_legacy_child(&request, id, token.as_deref());
-            return started.child.call(forwarded, context, token).await;
+        if context.era() == crate::server::Era::Modern || !self.per_session() {
+            return self.call_principal_child(&request, context).await;
         }
         let session = context.session().session_id().clone();
         let child = match (self.child(&session), &self.launch) {
