@@ -375,6 +375,18 @@ async fn an_upstream_killed_mid_call_fails_only_that_call_and_starts_again_on_ne
         again.len() == 1 && again[0] != victims[0],
         "a new Python child: {again:?}"
     );
+    let failed = metric(
+        &server,
+        r#"tether_upstream_requests_total{upstream="py",outcome="error"} "#,
+    )
+    .await;
+    assert_eq!(failed, Some(1.0), "the killed call is py's one failure");
+    let health = ops_text(&server, "/healthz").await;
+    assert!(
+        health.contains("upstream py: up, 1 children")
+            && health.contains("upstream ts: up, 1 children"),
+        "{health}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -773,14 +785,40 @@ async fn remote_upstreams_are_reached_through_tethers_client_with_their_own_cred
             .unwrap();
         assert_eq!(text_of(&counted.unwrap()), "counted 1", "{protocol:?}");
     }
+    // Operators see each upstream: the dead one down with why, the others up.
+    let health = ops_text(&server, "/healthz").await;
+    assert!(health.starts_with("ok\n"), "{health}");
+    assert!(health.contains("upstream rs: up"), "{health}");
+    assert!(health.contains("upstream py: up"), "{health}");
+    assert!(health.contains("upstream gone: down: "), "{health}");
+    assert_eq!(
+        metric(&server, r#"tether_upstream_up{upstream="gone"} "#).await,
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(&server, r#"tether_upstream_up{upstream="rs"} "#).await,
+        Some(1.0)
+    );
+    let gone = metric(
+        &server,
+        r#"tether_upstream_requests_total{upstream="gone",outcome="error"} "#,
+    )
+    .await;
+    assert!(gone >= Some(2.0), "every gone_count failed: {gone:?}");
+    let rs = metric(
+        &server,
+        r#"tether_upstream_requests_total{upstream="rs",outcome="ok"} "#,
+    )
+    .await;
+    assert!(rs >= Some(3.0), "rs answered: {rs:?}");
 }
 
-/// `tether_rate_limited_total` on the gateway's `/metrics`.
-async fn rate_limited(server: &ServerProcess) -> u64 {
+/// The body of `GET path` (`/metrics`, `/healthz`) on the gateway.
+async fn ops_text(server: &ServerProcess, path: &str) -> String {
     let raw = tether_testkit::raw::RawClient::new(server.url()).unwrap();
-    let metrics = raw
+    let answer = raw
         .send(
-            &tether_testkit::raw::RawRequest::new("GET", "/metrics")
+            &tether_testkit::raw::RawRequest::new("GET", path)
                 .header("host", &server.addr().to_string()),
         )
         .await
@@ -788,7 +826,21 @@ async fn rate_limited(server: &ServerProcess) -> u64 {
         .read_to_end()
         .await
         .unwrap();
-    let text = String::from_utf8_lossy(&metrics.body);
+    assert_eq!(answer.status, 200, "{path}");
+    String::from_utf8_lossy(&answer.body).into_owned()
+}
+
+/// The value of the `/metrics` line that starts with `series` (name and labels).
+async fn metric(server: &ServerProcess, series: &str) -> Option<f64> {
+    ops_text(server, "/metrics")
+        .await
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// `tether_rate_limited_total` on the gateway's `/metrics`.
+async fn rate_limited(server: &ServerProcess) -> u64 {
+    let text = ops_text(server, "/metrics").await;
     text.lines()
         .find_map(|line| line.strip_prefix("tether_rate_limited_total "))
         .and_then(|value| value.trim().parse().ok())

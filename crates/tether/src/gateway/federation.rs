@@ -32,6 +32,7 @@
 //! logs of a child reach the caller through the request they belong to, as in one gateway.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
@@ -42,7 +43,7 @@ use tether_proto::ids::SessionId;
 use tether_proto::jsonrpc::{ErrorObject, Notification, Request};
 
 use crate::lock;
-use crate::server::{Handler, RequestContext, ServerInfo, SessionContext, TaskSupport};
+use crate::server::{Handler, PartStatus, RequestContext, ServerInfo, SessionContext, TaskSupport};
 
 use super::StdioGateway;
 use super::child::gateway_error;
@@ -99,6 +100,9 @@ struct Upstreams {
 struct Member {
     config: UpstreamConfig,
     gateway: Box<dyn Handler>,
+    /// Requests it answered with a result, and with an error.
+    answered: AtomicU64,
+    failed: AtomicU64,
 }
 
 impl std::fmt::Debug for Member {
@@ -136,7 +140,37 @@ impl Member {
             #[cfg(feature = "client")]
             UpstreamServer::Url(remote) => Box::new(super::RemoteGateway::new(remote.clone())),
         };
-        Arc::new(Self { config, gateway })
+        Arc::new(Self {
+            config,
+            gateway,
+            answered: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
+    }
+
+    /// `request` served by this upstream, counted.
+    async fn handle(
+        &self,
+        request: Request,
+        context: RequestContext,
+    ) -> Result<Value, ErrorObject> {
+        let answer = self.gateway.handle_request(request, context).await;
+        let counter = if answer.is_ok() {
+            &self.answered
+        } else {
+            &self.failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        answer
+    }
+
+    /// What `/healthz` and `/metrics` say of it.
+    fn status(&self) -> PartStatus {
+        let mut status = self.gateway.parts().into_iter().next().unwrap_or_default();
+        self.config.name.clone_into(&mut status.name);
+        status.answered = self.answered.load(Ordering::Relaxed);
+        status.failed = self.failed.load(Ordering::Relaxed);
+        status
     }
 
     fn name(&self) -> &str {
@@ -312,7 +346,7 @@ impl FederatedGateway {
             set_param(&mut forwarded, "cursor", cursor.map(Value::String));
             let context = context.clone();
             async move {
-                let page = member.gateway.handle_request(forwarded, context).await;
+                let page = member.handle(forwarded, context).await;
                 (member, page)
             }
         }))
@@ -410,8 +444,7 @@ impl FederatedGateway {
         }
         set_param(&mut request, "name", Some(Value::from(inner)));
         member
-            .gateway
-            .handle_request(request, context)
+            .handle(request, context)
             .await
             .map_err(|error| member.blame(error))
     }
@@ -442,8 +475,7 @@ impl FederatedGateway {
                     params.insert("ref".into(), json!({"type": "ref/prompt", "name": inner}));
                 }
                 member
-                    .gateway
-                    .handle_request(request, context)
+                    .handle(request, context)
                     .await
                     .map_err(|error| member.blame(error))
             }
@@ -469,18 +501,13 @@ impl FederatedGateway {
         let owner = lock(&self.resource_owners).get(uri).cloned();
         if let Some(member) = owner.as_deref().and_then(|name| upstreams.member(name)) {
             return member
-                .gateway
-                .handle_request(request, context)
+                .handle(request, context)
                 .await
                 .map_err(|error| member.blame(error));
         }
         let mut last = None;
         for member in &upstreams.members {
-            match member
-                .gateway
-                .handle_request(request.clone(), context.clone())
-                .await
-            {
+            match member.handle(request.clone(), context.clone()).await {
                 Ok(result) => {
                     lock(&self.resource_owners).insert(uri.to_owned(), member.name().to_owned());
                     return Ok(result);
@@ -500,8 +527,7 @@ impl FederatedGateway {
     ) -> Result<Value, ErrorObject> {
         let answers = join_all(upstreams.members.iter().map(|member| async {
             member
-                .gateway
-                .handle_request(request.clone(), context.clone())
+                .handle(request.clone(), context.clone())
                 .await
                 .map_err(|error| member.blame(error))
         }))
@@ -706,6 +732,14 @@ impl Handler for FederatedGateway {
             "logging/setLevel" => Self::broadcast(&upstreams, &request, &context).await,
             method => Err(ErrorObject::method_not_found(method)),
         }
+    }
+
+    fn parts(&self) -> Vec<PartStatus> {
+        self.current()
+            .members
+            .iter()
+            .map(|member| member.status())
+            .collect()
     }
 
     async fn handle_notification(&self, notification: Notification, session: SessionContext) {

@@ -58,7 +58,7 @@ use tether_proto::jsonrpc::{ErrorObject, Message, Notification, Request, Request
 use tether_proto::version::ProtocolVersion;
 
 use crate::lock;
-use crate::server::{Handler, RequestContext, ServerInfo, SessionContext, TaskSupport};
+use crate::server::{Handler, PartStatus, RequestContext, ServerInfo, SessionContext, TaskSupport};
 
 mod child;
 mod config;
@@ -107,6 +107,8 @@ pub struct StdioGateway {
     /// the session ending with it: a federation's upstreams, one of which must not take the
     /// session down.
     restarts: bool,
+    /// Why the last child failed to start, until one starts.
+    start_failure: Mutex<Option<String>>,
 }
 
 /// One session's revival: requests of the session wait for it, and a session that ends
@@ -146,7 +148,54 @@ impl StdioGateway {
             next_id: AtomicU64::new(1),
             reviving: Mutex::new(HashMap::new()),
             restarts: false,
+            start_failure: Mutex::new(None),
         }
+    }
+
+    /// Starts a child for `owner` and has it answer `handshake` (at `negotiated`, a
+    /// session's version, if given): the child and its `initialize` result. A child that
+    /// fails is stopped; either way the outcome is noted for [`Handler::parts`].
+    async fn start(
+        &self,
+        owner: Owner,
+        handshake: &Request,
+        negotiated: Option<ProtocolVersion>,
+    ) -> Result<(Arc<Child>, Value), ErrorObject> {
+        let started = async {
+            let shown = owner.to_string();
+            let child = Child::spawn(&self.launch, &self.config, owner).map_err(|error| {
+                tracing::error!(session = %shown, error = %crate::error_chain(&error), "cannot start the stdio server");
+                gateway_error(format!("cannot start the stdio server: {error}"))
+            })?;
+            match child.initialize(handshake, negotiated, &self.config).await {
+                Ok(result) => Ok((child, result)),
+                Err(error) => {
+                    child.stop();
+                    Err(error)
+                }
+            }
+        }
+        .await;
+        *lock(&self.start_failure) = started.as_ref().err().map(|error| error.message.clone());
+        started
+    }
+
+    /// Children running now: the sessions' and the principals' (one starting is not
+    /// counted).
+    fn running(&self) -> usize {
+        let sessions = lock(&self.children)
+            .values()
+            .filter(|child| !child.is_dead())
+            .count();
+        let slots: Vec<PrincipalSlot> = lock(&self.principals).values().cloned().collect();
+        let principals = slots
+            .iter()
+            .filter(|slot| {
+                slot.try_lock()
+                    .is_ok_and(|started| started.as_ref().is_some_and(|s| !s.child.is_dead()))
+            })
+            .count();
+        sessions + principals
     }
 
     /// A gateway of one federation's upstream: a session's child that died is started again
@@ -183,18 +232,8 @@ impl StdioGateway {
             dead.child.stop();
         }
         let owner = Owner::Principal(Arc::from(principal));
-        let child = Child::spawn(&self.launch, &self.config, owner).map_err(|error| {
-            tracing::error!(principal, error = %crate::error_chain(&error), "cannot start the stdio server");
-            gateway_error(format!("cannot start the stdio server: {error}"))
-        })?;
         let handshake = handshake(ProtocolVersion::LATEST_LEGACY, None);
-        let result = match child.initialize(&handshake, None, &self.config).await {
-            Ok(result) => result,
-            Err(error) => {
-                child.stop();
-                return Err(error);
-            }
-        };
+        let (child, result) = self.start(owner, &handshake, None).await?;
         let started = Started {
             child,
             info: server_info_of(&result),
@@ -234,20 +273,10 @@ impl StdioGateway {
         {
             return Ok(child);
         }
-        let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
-            .map_err(|error| gateway_error(format!("cannot start the server: {error}")))?;
         let version = session.protocol_version();
-        let initialized = child
-            .initialize(
-                &handshake(version, session.client()),
-                Some(version),
-                &self.config,
-            )
-            .await;
-        if let Err(error) = initialized {
-            child.stop();
-            return Err(error);
-        }
+        let owner = Owner::Session(session.clone());
+        let handshake = handshake(version, session.client());
+        let (child, _) = self.start(owner, &handshake, Some(version)).await?;
         let mut children = lock(&self.children);
         // Ended (DELETE, expiry) during the handshake: nothing would ever stop it later.
         if reviving.ended.load(Ordering::SeqCst) {
@@ -414,17 +443,12 @@ impl Handler for StdioGateway {
             let started = self.principal_child(key).await?;
             return Ok(started.info.initialize_result(&session));
         }
-        let id = session.session_id().clone();
-        let child = Child::spawn(&self.launch, &self.config, Owner::Session(session.clone()))
-            .map_err(|error| {
-                tracing::error!(session = %id, error = %crate::error_chain(&error), "cannot start the stdio server");
-                gateway_error(format!("cannot start the stdio server: {error}"))
-            })?;
-        lock(&self.children).insert(id, Arc::clone(&child));
-        // On failure the transport ends the session, and `session_closed` stops the child.
-        child
-            .initialize(request, Some(session.protocol_version()), &self.config)
-            .await
+        let owner = Owner::Session(session.clone());
+        let version = Some(session.protocol_version());
+        // On failure the child is stopped and the transport ends the session.
+        let (child, result) = self.start(owner, request, version).await?;
+        lock(&self.children).insert(session.session_id().clone(), child);
+        Ok(result)
     }
 
     fn session_alive(&self, session: &SessionId) -> bool {
@@ -484,6 +508,17 @@ impl Handler for StdioGateway {
             _ => self.revive(context.session()).await?,
         };
         child.call(request, context, None).await
+    }
+
+    fn parts(&self) -> Vec<PartStatus> {
+        let detail = lock(&self.start_failure).clone();
+        vec![PartStatus {
+            name: "stdio".to_owned(),
+            up: detail.is_none(),
+            children: self.running(),
+            detail,
+            ..PartStatus::default()
+        }]
     }
 
     async fn handle_notification(&self, notification: Notification, session: SessionContext) {

@@ -35,7 +35,7 @@ use tether_proto::jsonrpc::{
 use crate::client::{Client, ClientConfig};
 use crate::lock;
 use crate::server::{
-    ContextError, Era, Handler, RequestContext, ServerInfo, SessionContext, TaskSupport,
+    ContextError, Era, Handler, PartStatus, RequestContext, ServerInfo, SessionContext, TaskSupport,
 };
 
 use super::child::{gateway_error, relay_notification};
@@ -87,8 +87,8 @@ pub struct RemoteGateway {
     sessions: Mutex<HashMap<SessionId, Arc<Client>>>,
     /// The 2026-07-28 principals' clients, each opened on first use.
     principals: Mutex<HashMap<Arc<str>, PrincipalClient>>,
-    /// Until when the remote is taken for down, after a failed connect.
-    down_until: Mutex<Option<Instant>>,
+    /// Until when the remote is taken for down after a failed connect, and why.
+    down_until: Mutex<Option<(Instant, String)>>,
 }
 
 /// Where a principal's client lives; locked while it connects, so concurrent first requests
@@ -124,7 +124,7 @@ impl RemoteGateway {
             }
         }
         let url = &self.config.url;
-        if let Some(until) = *lock(&self.down_until)
+        if let Some((until, _)) = *lock(&self.down_until)
             && Instant::now() < until
         {
             return Err(down(url, "could not be reached just now", "down"));
@@ -143,7 +143,7 @@ impl RemoteGateway {
                 "timeout",
             ),
         };
-        *lock(&self.down_until) = Some(Instant::now() + REMOTE_DOWN_FOR);
+        *lock(&self.down_until) = Some((Instant::now() + REMOTE_DOWN_FOR, failed.message.clone()));
         tracing::warn!(%url, error = %failed.message, "remote upstream unreachable");
         Err(failed)
     }
@@ -337,6 +337,24 @@ impl Handler for RemoteGateway {
             self.session_client(context.session()).await?
         };
         relay(&self.config.url, &client, &request, &context).await
+    }
+
+    fn parts(&self) -> Vec<PartStatus> {
+        let detail = lock(&self.down_until)
+            .as_ref()
+            .filter(|(until, _)| Instant::now() < *until)
+            .map(|(_, why)| why.clone());
+        let principals = lock(&self.principals)
+            .values()
+            .filter(|slot| slot.try_lock().is_ok_and(|client| client.is_some()))
+            .count();
+        vec![PartStatus {
+            name: "remote".to_owned(),
+            up: detail.is_none(),
+            children: lock(&self.sessions).len() + principals,
+            detail,
+            ..PartStatus::default()
+        }]
     }
 
     async fn handle_notification(&self, notification: Notification, session: SessionContext) {

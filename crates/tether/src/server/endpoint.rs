@@ -674,9 +674,21 @@ pub(crate) async fn resource_metadata_preflight() -> Response {
         .into_response()
 }
 
-/// `GET /healthz`: the process is up and serving.
-pub(crate) async fn healthz() -> &'static str {
-    "ok\n"
+/// `GET /healthz`: the process is up and serving (`ok`), then a line per part of the handler
+/// (a gateway's upstreams: `upstream NAME: up, N children` or `… down: why`). One upstream
+/// down leaves the endpoint serving, so the status stays 200.
+pub(crate) async fn healthz(State(state): State<Arc<ServerState>>) -> String {
+    let mut body = "ok\n".to_owned();
+    for part in state.handler.parts() {
+        let children = part.children;
+        let line = match (&part.detail, part.up) {
+            (_, true) => format!("upstream {}: up, {children} children\n", part.name),
+            (Some(why), false) => format!("upstream {}: down: {why}\n", part.name),
+            (None, false) => format!("upstream {}: down\n", part.name),
+        };
+        body.push_str(&line);
+    }
+    body
 }
 
 /// `GET /metrics`: the server's counters and gauges in the OpenMetrics text format (see
@@ -696,7 +708,9 @@ pub(crate) async fn metrics(
             retained.bytes += usage.bytes;
         }
     }
-    let body = state.metrics.render(sessions.len(), stored, retained);
+    let body = state
+        .metrics
+        .render(sessions.len(), stored, retained, &state.handler.parts());
     let mut response = body.into_response();
     response
         .headers_mut()

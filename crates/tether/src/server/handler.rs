@@ -14,6 +14,25 @@ use tether_proto::jsonrpc::{ErrorObject, Notification, Request};
 
 pub use super::context::{RequestContext, SessionContext};
 
+/// One part of a handler as operators see it on `/healthz` and `/metrics` (a gateway's
+/// upstream): [`Handler::parts`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartStatus {
+    /// Its name (a federation's upstream name).
+    pub name: String,
+    /// Whether it can serve now, as far as it knows (a child started, a remote reached).
+    pub up: bool,
+    /// Children or connections it holds open.
+    pub children: usize,
+    /// Requests it answered with a result.
+    pub answered: u64,
+    /// Requests it answered with an error, its own or the gateway's for it.
+    pub failed: u64,
+    /// Why it is down, when it is.
+    pub detail: Option<String>,
+}
+
 /// Who the server is, for the `initialize` result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerInfo {
@@ -144,5 +163,11 @@ pub trait Handler: Send + Sync + 'static {
     /// Handles a notification from the client (other than the ones the transport consumes).
     async fn handle_notification(&self, notification: Notification, session: SessionContext) {
         let _ = (notification, session);
+    }
+
+    /// The parts this handler reports on `/healthz` and `/metrics` (a gateway's upstreams);
+    /// none by default.
+    fn parts(&self) -> Vec<PartStatus> {
+        Vec::new()
     }
 }

@@ -34,6 +34,7 @@ use tether_proto::ids::{EventId, SessionId, StreamId};
 use tether_proto::jsonrpc::RequestId;
 
 use super::error::ResumeRefusal;
+use super::handler::PartStatus;
 use crate::store::{
     EventStore, OrphanedStream, ReadBatch, SessionUsage, StoreError, StreamKind, StreamOwner,
 };
@@ -102,6 +103,17 @@ impl From<ResumeRefusal> for ResumeOutcome {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: ResumeOutcome,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    upstream: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamOutcomeLabels {
+    upstream: String,
+    outcome: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -176,6 +188,9 @@ pub(crate) struct Metrics {
     auth_failures: Family<ReasonLabels, Counter>,
     orphans_answered: Counter,
     rate_limited: Counter,
+    upstream_up: Family<UpstreamLabels, Gauge>,
+    upstream_children: Family<UpstreamLabels, Gauge>,
+    upstream_requests: Family<UpstreamOutcomeLabels, Counter>,
     /// Follows [`crate::telemetry::dropped_spans`], process-wide, under a lock so that two
     /// scrapes at once cannot both add the same drops.
     spans_dropped: std::sync::Mutex<Counter>,
@@ -260,6 +275,24 @@ impl Default for Metrics {
                 "rate_limited",
                 "POSTs refused with 429 because their principal was past its rate limit",
                 Counter::default(),
+            ),
+            upstream_up: add(
+                r,
+                "upstream_up",
+                "Whether each upstream of the handler (a gateway's) can serve now: 1 or 0",
+                Family::default(),
+            ),
+            upstream_children: add(
+                r,
+                "upstream_children",
+                "Children or connections each upstream holds open",
+                Family::default(),
+            ),
+            upstream_requests: add(
+                r,
+                "upstream_requests",
+                "Requests each upstream answered, by outcome (ok, error)",
+                Family::default(),
             ),
             spans_dropped: std::sync::Mutex::new(add(
                 r,
@@ -366,7 +399,31 @@ impl Metrics {
         sessions: usize,
         stored: Option<usize>,
         retained: SessionUsage,
+        parts: &[PartStatus],
     ) -> String {
+        // Set whole at each scrape: an upstream a reload removed disappears with it.
+        self.upstream_up.clear();
+        self.upstream_children.clear();
+        self.upstream_requests.clear();
+        for part in parts {
+            let upstream = || UpstreamLabels {
+                upstream: part.name.clone(),
+            };
+            self.upstream_up
+                .get_or_create(&upstream())
+                .set(i64::from(part.up));
+            self.upstream_children
+                .get_or_create(&upstream())
+                .set(gauge_value(part.children as u64));
+            for (outcome, count) in [("ok", part.answered), ("error", part.failed)] {
+                self.upstream_requests
+                    .get_or_create(&UpstreamOutcomeLabels {
+                        upstream: part.name.clone(),
+                        outcome,
+                    })
+                    .inc_by(count);
+            }
+        }
         self.sessions.set(gauge_value(sessions as u64));
         if let Some(stored) = stored {
             self.sessions_stored.set(gauge_value(stored as u64));

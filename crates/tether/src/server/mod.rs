@@ -80,7 +80,7 @@ pub use context::{ContextError, RequestContext, SessionContext};
 pub use dispatch::CANCEL_GRACE;
 pub use endpoint::McpService;
 pub use error::{ModernRefusal, ResumeRefusal, ServerError};
-pub use handler::{Handler, ServerInfo, TaskSupport};
+pub use handler::{Handler, PartStatus, ServerInfo, TaskSupport};
 pub use handoff::HANDOFF_TIMEOUT;
 pub use orphans::{OrphanReport, SERVER_RESTARTED_REASON};
 pub use rate_limit::RateLimit;
