@@ -979,3 +979,80 @@ async fn a_shared_upstream_serves_every_caller_from_one_child() {
     let echoed = call(&b, "ts_echo", json!({"message": "x"})).await.unwrap();
     assert_eq!(text_of(&echoed.unwrap()), "Echo: x");
 }
+
+/// Two nodes sharing one Redis, each loading the same file: a legacy session made on node A,
+/// whose children run there, is called through node B; B hands the POSTs to A, and the calls
+/// of both upstreams complete with every progress event once, while no child ever starts on B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_two_nodes_a_call_posted_to_the_node_without_the_child_completes_once() {
+    let redis = tether_testkit::redis::RedisServer::start().await.unwrap();
+    let (_dir, path) = config_file(&format!("{}{}", py(""), ts(""))).unwrap();
+    let node = |name: &'static str| {
+        ServerSpec::tether_serve()
+            .unwrap()
+            .bind_arg(BindArg::Placeholders)
+            .args([
+                "--bind",
+                "{bind}",
+                "--store",
+                &redis.url(),
+                "--node-id",
+                name,
+                "--config",
+            ])
+            .arg(&path)
+            .ready_timeout(Duration::from_secs(60))
+            .start()
+    };
+    let a = node("node-a").await.unwrap();
+    let b = node("node-b").await.unwrap();
+    let mut on_a = tether_testkit::raw::RawClient::new(a.url())
+        .unwrap()
+        .with_timeout(Duration::from_secs(30));
+    on_a.initialize().await.unwrap();
+    let mut on_b = tether_testkit::raw::RawClient::new(b.url())
+        .unwrap()
+        .with_timeout(Duration::from_secs(30));
+    on_b.set_session_id(on_a.session_id().map(str::to_owned));
+    let n = 10;
+    let (_, response) = on_b
+        .call_tool(
+            "py_count",
+            json!({"n": n, "interval_ms": 20}),
+            Some(json!("t")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.headers().get("tether-node"), Some("node-b"));
+    let transcript = response.read_to_end().await.unwrap();
+    assert_eq!(transcript.status, 200, "{transcript:?}");
+    let messages: Vec<Value> = transcript
+        .messages()
+        .unwrap()
+        .into_iter()
+        .map(|(_, message)| message)
+        .collect();
+    let progress: Vec<u64> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .filter_map(|m| m["params"]["progress"].as_u64())
+        .collect();
+    assert_eq!(progress, (1..=n).collect::<Vec<_>>(), "{messages:?}");
+    assert_eq!(
+        text_of(&messages.last().unwrap()["result"]),
+        format!("counted {n}")
+    );
+    let (_, echoed) = on_b
+        .call_tool("ts_echo", json!({"message": "via b"}), None)
+        .await
+        .unwrap();
+    let echoed = echoed.read_to_end().await.unwrap();
+    let answer = echoed.messages().unwrap().pop().unwrap().1;
+    assert_eq!(text_of(&answer["result"]), "Echo: via b", "{answer}");
+    assert_eq!(
+        children_of(a.pid(), "server.py").len(),
+        1,
+        "the session's child, on A"
+    );
+    assert!(children_of(b.pid(), "server.py").is_empty(), "none on B");
+}

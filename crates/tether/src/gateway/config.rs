@@ -101,7 +101,7 @@ impl GatewayConfig {
 /// tool of the upstream named `py`.
 pub const DEFAULT_SEPARATOR: &str = "_";
 
-/// What a [`FederatedGateway`](super::FederatedGateway) runs: its upstreams, and how their
+/// What a [`FederatedGateway`](super::federation::FederatedGateway) runs: its upstreams, and how their
 /// names are joined to the names of their tools and prompts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -178,7 +178,43 @@ pub enum UpstreamServer {
     Command(GatewayConfig),
     /// A remote Streamable HTTP server, reached through tether's client.
     #[cfg(feature = "client")]
-    Url(super::RemoteConfig),
+    Url(RemoteConfig),
+}
+
+/// A remote upstream: where it is and how tether's client reaches it
+/// ([`RemoteGateway`](super::remote::RemoteGateway)).
+#[cfg(feature = "client")]
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RemoteConfig {
+    /// The remote's MCP endpoint, `http://…/mcp` or `https://…/mcp`.
+    pub url: String,
+    /// Headers sent on every request to it (an API key), never the caller's.
+    pub headers: Vec<(String, String)>,
+}
+
+/// The headers' names only: their values are credentials.
+#[cfg(feature = "client")]
+impl std::fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("RemoteConfig")
+            .field("url", &self.url)
+            .field("headers", &names)
+            .finish()
+    }
+}
+
+#[cfg(feature = "client")]
+impl RemoteConfig {
+    /// The server at `url`, with no credentials.
+    #[must_use]
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            headers: Vec::new(),
+        }
+    }
 }
 
 /// One upstream of a federation: its server, what it is called, and which of its tools and
@@ -216,7 +252,7 @@ impl UpstreamConfig {
 
     /// An upstream called `name` at a remote server, every tool and prompt shown.
     #[cfg(feature = "client")]
-    pub fn url(name: impl Into<String>, remote: super::RemoteConfig) -> Self {
+    pub fn url(name: impl Into<String>, remote: RemoteConfig) -> Self {
         Self {
             name: name.into(),
             prefix: None,

@@ -36,18 +36,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
-use base64::Engine as _;
 use futures_util::future::join_all;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tether_proto::ids::SessionId;
 use tether_proto::jsonrpc::{ErrorObject, Notification, Request};
 
 use crate::lock;
 use crate::server::{Handler, PartStatus, RequestContext, ServerInfo, SessionContext, TaskSupport};
 
-use super::StdioGateway;
 use super::child::gateway_error;
 use super::config::{FederationConfig, UpstreamConfig, UpstreamServer};
+use super::merge::{decode_cursor, encode_cursor, federated_info};
+use super::stdio_gateway::StdioGateway;
 
 /// The kinds of list the federation merges: the method, the result's array member, and
 /// whether its entries are named (tools, prompts: prefixed) or addressed by URI (resources).
@@ -138,7 +138,9 @@ impl Member {
         let gateway: Box<dyn Handler> = match &config.server {
             UpstreamServer::Command(server) => Box::new(StdioGateway::restarting(server.clone())),
             #[cfg(feature = "client")]
-            UpstreamServer::Url(remote) => Box::new(super::RemoteGateway::new(remote.clone())),
+            UpstreamServer::Url(remote) => {
+                Box::new(super::remote::RemoteGateway::new(remote.clone()))
+            }
         };
         Arc::new(Self {
             config,
@@ -217,7 +219,7 @@ impl FederatedGateway {
     /// # Errors
     ///
     /// What [`FederationConfig::validate`] finds.
-    pub fn new(config: FederationConfig) -> Result<Self, super::FederationError> {
+    pub fn new(config: FederationConfig) -> Result<Self, super::config::FederationError> {
         config.validate()?;
         Ok(Self {
             upstreams: RwLock::new(Arc::new(Upstreams::new(config))),
@@ -245,7 +247,7 @@ impl FederatedGateway {
     pub async fn reload(
         &self,
         config: FederationConfig,
-    ) -> Result<Reloaded, super::FederationError> {
+    ) -> Result<Reloaded, super::config::FederationError> {
         config.validate()?;
         let old = self.current();
         let mut reloaded = Reloaded::default();
@@ -554,61 +556,6 @@ fn set_param(request: &mut Request, key: &str, value: Option<Value>) {
     }
 }
 
-/// The merged cursor: each upstream still to be paged, with its own cursor.
-fn encode_cursor(next: &BTreeMap<String, String>) -> String {
-    let json = serde_json::to_vec(next).unwrap_or_default();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
-}
-
-/// `None` for a cursor this gateway did not give.
-fn decode_cursor(cursor: &str) -> Option<BTreeMap<String, String>> {
-    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .ok()?;
-    serde_json::from_slice(&json).ok()
-}
-
-/// The union of the upstreams' capabilities: objects merged member by member, a `true` flag
-/// (`listChanged`, `subscribe`) kept.
-fn merge_capabilities(into: &mut Map<String, Value>, from: &Map<String, Value>) {
-    for (key, value) in from {
-        match (into.get_mut(key), value) {
-            (Some(Value::Object(into)), Value::Object(from)) => merge_capabilities(into, from),
-            (Some(Value::Bool(into)), Value::Bool(from)) => *into |= *from,
-            (Some(_), _) => {}
-            (None, value) => {
-                into.insert(key.clone(), value.clone());
-            }
-        }
-    }
-}
-
-/// Who the federation is, given what the upstreams that answered said they are. Lists can
-/// change with a reload, so `listChanged` is declared for each kind.
-fn federated_info(answered: &[(&Member, ServerInfo)]) -> ServerInfo {
-    let mut capabilities = Map::new();
-    let mut instructions = Vec::new();
-    for (member, info) in answered {
-        if let Value::Object(theirs) = &info.capabilities {
-            merge_capabilities(&mut capabilities, theirs);
-        }
-        if let Some(text) = &info.instructions {
-            instructions.push(format!("{}: {text}", member.config.prefix()));
-        }
-    }
-    for kind in ["tools", "prompts", "resources"] {
-        if let Some(Value::Object(kind)) = capabilities.get_mut(kind) {
-            kind.insert("listChanged".into(), Value::Bool(true));
-        }
-    }
-    ServerInfo {
-        name: "tether-gateway".to_owned(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        capabilities: Value::Object(capabilities),
-        instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
-    }
-}
-
 #[async_trait]
 impl Handler for FederatedGateway {
     fn server_info(&self) -> ServerInfo {
@@ -628,7 +575,7 @@ impl Handler for FederatedGateway {
         let mut last = None;
         for (member, info) in upstreams.members.iter().zip(infos) {
             match info {
-                Ok(info) => answered.push((member.as_ref(), info)),
+                Ok(info) => answered.push((member.config.prefix(), info)),
                 Err(error) => {
                     tracing::warn!(upstream = member.name(), principal, error = %error.message, "upstream did not start");
                     last = Some(member.blame(error));
@@ -667,7 +614,10 @@ impl Handler for FederatedGateway {
         let mut last = None;
         for (member, result) in upstreams.members.iter().zip(results) {
             match result {
-                Ok(result) => answered.push((member.as_ref(), super::server_info_of(&result))),
+                Ok(result) => answered.push((
+                    member.config.prefix(),
+                    super::stdio_gateway::server_info_of(&result),
+                )),
                 // Started again on the session's first request to it.
                 Err(error) => {
                     tracing::warn!(upstream = member.name(), session = %session.session_id(), error = %error.message, "upstream did not initialize");
@@ -750,55 +700,5 @@ impl Handler for FederatedGateway {
                 .handle_notification(notification.clone(), session.clone())
         }))
         .await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cursor_round_trips_and_a_foreign_one_is_refused() {
-        let next = BTreeMap::from([
-            ("a".to_owned(), "c=1".to_owned()),
-            ("b".to_owned(), String::new()),
-        ]);
-        assert_eq!(decode_cursor(&encode_cursor(&next)), Some(next));
-        assert_eq!(decode_cursor("not-ours"), None);
-        // Base64 of "not json".
-        assert_eq!(decode_cursor("bm90IGpzb24"), None);
-    }
-
-    #[test]
-    fn capabilities_merge_as_a_union_and_lists_may_change() {
-        let (a, b) = (
-            Member::new(UpstreamConfig::command("a", "true", [])),
-            Member::new(UpstreamConfig::command("b", "true", [])),
-        );
-        let info = |capabilities: Value, instructions: Option<&str>| ServerInfo {
-            name: "x".into(),
-            version: "1".into(),
-            capabilities,
-            instructions: instructions.map(str::to_owned),
-        };
-        let merged = federated_info(&[
-            (
-                &*a,
-                info(json!({"tools": {}, "logging": {}}), Some("counts")),
-            ),
-            (
-                &*b,
-                info(
-                    json!({"tools": {"listChanged": false}, "resources": {"subscribe": true}}),
-                    None,
-                ),
-            ),
-        ]);
-        assert_eq!(
-            merged.capabilities,
-            json!({"tools": {"listChanged": true}, "logging": {}, "resources": {"subscribe": true, "listChanged": true}})
-        );
-        assert_eq!(merged.instructions.as_deref(), Some("a: counts"));
-        assert_eq!(merged.name, "tether-gateway");
     }
 }

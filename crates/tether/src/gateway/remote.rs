@@ -1,7 +1,7 @@
 //! A remote Streamable HTTP server as one upstream of a federation, reached through tether's
 //! own resumable client.
 //!
-//! [`RemoteGateway`] is a [`Handler`] like [`StdioGateway`](super::StdioGateway), and the
+//! [`RemoteGateway`] is a [`Handler`] like [`StdioGateway`](super::stdio_gateway::StdioGateway), and the
 //! federation uses it the same way. Each legacy session of the caller gets its own
 //! [`Client`] (the remote's session is the caller's, so what the remote says outside a
 //! request reaches that caller), opened by the caller's `initialize` with the caller's
@@ -39,45 +39,14 @@ use crate::server::{
 };
 
 use super::child::{gateway_error, relay_notification};
-use super::{for_legacy_child, server_info_of};
+use super::config::RemoteConfig;
+use super::stdio_gateway::{for_legacy_child, server_info_of};
 
 /// How long connecting to a remote upstream (its `initialize` or `server/discover`) may take.
 pub const REMOTE_CONNECT_WITHIN: Duration = Duration::from_secs(5);
 
 /// How long a remote upstream that could not be reached is taken for down.
 pub const REMOTE_DOWN_FOR: Duration = Duration::from_secs(10);
-
-/// A remote upstream: where it is and how tether's client reaches it.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RemoteConfig {
-    /// The remote's MCP endpoint, `http://…/mcp` or `https://…/mcp`.
-    pub url: String,
-    /// Headers sent on every request to it (an API key), never the caller's.
-    pub headers: Vec<(String, String)>,
-}
-
-/// The headers' names only: their values are credentials.
-impl std::fmt::Debug for RemoteConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
-        f.debug_struct("RemoteConfig")
-            .field("url", &self.url)
-            .field("headers", &names)
-            .finish()
-    }
-}
-
-impl RemoteConfig {
-    /// The server at `url`, with no credentials.
-    #[must_use]
-    pub fn new(url: impl Into<String>) -> Self {
-        Self {
-            url: url.into(),
-            headers: Vec::new(),
-        }
-    }
-}
 
 /// The [`Handler`] of one remote upstream; see the module docs.
 #[derive(Debug)]

@@ -214,8 +214,8 @@ pub struct ServerConfig {
     pub eras: Eras,
     /// Requests each principal may make (`tether serve --rate-limit`; default none): the
     /// requests for new work of a principal past it get 429 with `Retry-After`
-    /// ([`RateLimit`](super::RateLimit)).
-    pub rate_limit: Option<super::RateLimit>,
+    /// ([`RateLimit`](super::rate_limit::RateLimit)).
+    pub rate_limit: Option<super::rate_limit::RateLimit>,
 }
 
 impl Default for ServerConfig {
