@@ -68,6 +68,7 @@ pub(crate) use in_process::InProcessServer;
 #[cfg(feature = "rmcp")]
 pub(crate) use in_process::{PipeClosed, ServerInput, ServerOutput, ServerPipe};
 
+#[cfg(feature = "rmcp")]
 pub(crate) use config::Launch;
 #[cfg(feature = "client")]
 pub use config::RemoteConfig;
