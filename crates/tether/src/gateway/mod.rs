@@ -1,6 +1,6 @@
 //! The stdio gateway: any stdio MCP server behind tether's resumable Streamable HTTP.
 //!
-//! [`StdioGateway`] is a [`Handler`] that runs one child process per legacy session (started
+//! [`StdioGateway`] is a [`Handler`](crate::server::Handler) that runs one child process per legacy session (started
 //! by `initialize`, stopped by DELETE, idle expiry, a failure or shutdown) and relays JSON-RPC
 //! between the session and the child's stdin and stdout, one message per line. What the
 //! child says goes through the request contexts, so it is stored before it is sent and a
