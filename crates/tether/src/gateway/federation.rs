@@ -62,6 +62,9 @@ const LISTS: [(&str, &str, Entries); 4] = [
     ),
 ];
 
+/// How many principals' [`ServerInfo`] are kept at most (all are forgotten past it).
+const KEPT_PRINCIPALS: usize = 4096;
+
 /// The notifications a reload sends every live legacy session.
 const LIST_CHANGED: [&str; 3] = [
     "notifications/tools/list_changed",
@@ -86,6 +89,9 @@ pub struct FederatedGateway {
     sessions: Mutex<HashMap<SessionId, SessionContext>>,
     /// Which upstream listed a resource URI, so that reading it goes there.
     resource_owners: Mutex<HashMap<String, String>>,
+    /// Who the federation is to each 2026-07-28 principal, asked on every modern request:
+    /// kept once every upstream answered, until a reload.
+    modern_infos: Mutex<HashMap<Arc<str>, ServerInfo>>,
 }
 
 /// One set of upstreams, swapped whole by a reload.
@@ -225,6 +231,7 @@ impl FederatedGateway {
             upstreams: RwLock::new(Arc::new(Upstreams::new(config))),
             sessions: Mutex::new(HashMap::new()),
             resource_owners: Mutex::new(HashMap::new()),
+            modern_infos: Mutex::new(HashMap::new()),
         })
     }
 
@@ -285,6 +292,7 @@ impl FederatedGateway {
             separator: config.separator,
             members,
         });
+        lock(&self.modern_infos).clear();
         lock(&self.resource_owners)
             .retain(|_, owner| !stopped.iter().any(|member| member.name() == owner.as_str()));
         for member in stopped {
@@ -563,6 +571,9 @@ impl Handler for FederatedGateway {
     }
 
     async fn modern_server_info(&self, principal: &str) -> Result<ServerInfo, ErrorObject> {
+        if let Some(info) = lock(&self.modern_infos).get(principal) {
+            return Ok(info.clone());
+        }
         let upstreams = self.current();
         let infos = join_all(
             upstreams
@@ -584,7 +595,16 @@ impl Handler for FederatedGateway {
         }
         match (answered.is_empty(), last) {
             (true, Some(error)) => Err(error),
-            _ => Ok(federated_info(&answered)),
+            (_, Some(_)) => Ok(federated_info(&answered)),
+            (_, None) => {
+                let info = federated_info(&answered);
+                let mut kept = lock(&self.modern_infos);
+                if kept.len() >= KEPT_PRINCIPALS {
+                    kept.clear();
+                }
+                kept.insert(Arc::from(principal), info.clone());
+                Ok(info)
+            }
         }
     }
 

@@ -6,8 +6,9 @@
 //! [`Client`] (the remote's session is the caller's, so what the remote says outside a
 //! request reaches that caller), opened by the caller's `initialize` with the caller's
 //! capabilities; each 2026-07-28 principal gets one, opened on first use. The client picks
-//! the remote's era itself (`auto`), resumes cut streams, and re-initializes when the remote
-//! forgets its session, so the caller sees none of that.
+//! the remote's era itself (`auto`, keeping a 2025 session wherever the remote serves one),
+//! resumes cut streams, and re-initializes when the remote forgets its session, so the caller
+//! sees none of that.
 //!
 //! A request is relayed as is (the caller's progress token too, so the remote's progress
 //! goes back under it); the remote's notifications go to the caller's request, its requests
@@ -81,6 +82,11 @@ impl RemoteGateway {
     async fn connect(&self, client: Option<&Value>) -> Result<Arc<Client>, ErrorObject> {
         let mut config = ClientConfig::default();
         config.headers.clone_from(&self.config.headers);
+        // A 2025 session where the remote serves one: its cut streams resume, and the calls
+        // of every caller, one principal to the remote, do not pile up as tasks against the
+        // remote's per-principal task limit (a remote that serves only 2026-07-28 still runs
+        // them as tasks where it offers them).
+        config.prefer_tasks = false;
         if let Some(client) = client {
             if let Some(capabilities) = client.get("capabilities").filter(|c| c.is_object()) {
                 config.capabilities = capabilities.clone();
