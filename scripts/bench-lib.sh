@@ -1,8 +1,8 @@
 # Shared by the bench scripts that start servers of their own (scripts/bench-cuts.sh,
-# scripts/bench-oauth.sh); sourced, never run. Gives `$scratch` (a temporary directory), the
-# `pids` array (processes to kill on exit; append with `pids+=($!)`), the exit trap that kills
-# them and removes `$scratch`, and `ready_line FILE PATTERN`. `$bench` names the script in
-# messages.
+# scripts/bench-oauth.sh, scripts/bench-otel.sh, scripts/bench-gateway.sh); sourced, never
+# run. Gives `$scratch` (a temporary directory), the `pids` array (processes to kill on
+# exit; append with `pids+=($!)`), the exit trap that kills them and removes `$scratch`, and
+# `ready_line FILE PATTERN`. `$bench` names the script in messages.
 
 scratch=$(mktemp -d)
 pids=()

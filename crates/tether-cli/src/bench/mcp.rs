@@ -224,6 +224,8 @@ pub(crate) struct Stateless {
     capabilities: Value,
     /// The server's `server/discover` result.
     discovered: Value,
+    /// The tool `start_count` calls: `count`, or its name behind a gateway (`demo_count`).
+    tool: String,
 }
 
 impl Stateless {
@@ -234,6 +236,7 @@ impl Stateless {
             url: url.to_owned(),
             capabilities: json!({}),
             discovered: Value::Null,
+            tool: "count".to_owned(),
         };
         let response = client
             .post(DISCOVER, None, json!({}))
@@ -262,6 +265,12 @@ impl Stateless {
     /// The server's `server/discover` result.
     pub(crate) fn discovered(&self) -> &Value {
         &self.discovered
+    }
+
+    /// The same client calling `tool` (a `count` by another name) in `start_count`.
+    pub(crate) fn calling(mut self, tool: &str) -> Self {
+        tool.clone_into(&mut self.tool);
+        self
     }
 
     /// The same client declaring the tasks extension in every request, so that a tool that
@@ -317,14 +326,15 @@ impl Stateless {
         request
     }
 
-    /// Sends `count {n}` with a progress token; the response is not read yet.
+    /// Sends `count {n}` (under the name it was given, see `calling`) with a progress
+    /// token; the response is not read yet.
     pub(crate) async fn start_count(&self, n: u64) -> anyhow::Result<reqwest::Response> {
         let params = json!({
-            "name": "count",
+            "name": self.tool,
             "arguments": {"n": n, "interval_ms": 0},
             "_meta": {"progressToken": TOKEN},
         });
-        self.send("tools/call", Some("count"), params).await
+        self.send("tools/call", Some(&self.tool), params).await
     }
 }
 

@@ -215,6 +215,9 @@ struct RoundtripArgs {
     /// is reported too (with one client, the bench client's own work is most of a round trip).
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
+    /// The name of the `count` tool (behind a federating gateway, `<upstream>_count`).
+    #[arg(long, value_name = "NAME", default_value = "count")]
+    tool: String,
 }
 
 #[derive(Debug, Args)]
@@ -374,7 +377,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 );
                 let server = Server::resolve(&a.target)?;
                 let pid = a.pid.or(server.pid());
-                scenarios::roundtrip(server.url(), &a.clients, a.seconds, a.n, pid).await
+                scenarios::roundtrip(server.url(), &a.tool, &a.clients, a.seconds, a.n, pid).await
             }
             Scenario::Tasks(a) => {
                 anyhow::ensure!(

@@ -472,6 +472,7 @@ pub(crate) async fn idle(url: &str, pid: u32, s: u64) -> anyhow::Result<Report> 
 /// latency percentiles of one call.
 pub(crate) async fn roundtrip(
     url: &str,
+    tool: &str,
     clients: &[u64],
     seconds: f64,
     n: u64,
@@ -481,7 +482,7 @@ pub(crate) async fn roundtrip(
         .pool_max_idle_per_host(usize::MAX)
         .build()
         .context("building the HTTP client")?;
-    let client = Arc::new(Stateless::discover(&http, url).await?);
+    let client = Arc::new(Stateless::discover(&http, url).await?.calling(tool));
     let mut report = Report::new("roundtrip", url);
     report.add("events_per_call", n, "events");
     for &count in clients {
