@@ -21,7 +21,9 @@
 // `--auto` negotiates instead of pinning (`versionNegotiation: { mode: 'auto' }`): the SDK
 // probes server/discover and falls back to initialize; the connected line names the version
 // it settled on.
-// Usage: node client-2026.mjs URL N [--interval-ms MS] [--elicit] [--auto]
+// `--tool NAME` calls the `count` tool by another name (behind a federating gateway,
+// `<upstream>_count`).
+// Usage: node client-2026.mjs URL N [--interval-ms MS] [--elicit] [--auto] [--tool NAME]
 import { parseArgs } from 'node:util';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
@@ -35,6 +37,7 @@ const { values: opts, positionals } = parseArgs({
     'interval-ms': { type: 'string', default: '0' },
     elicit: { type: 'boolean', default: false },
     auto: { type: 'boolean', default: false },
+    tool: { type: 'string', default: 'count' },
   },
 });
 const [url, n] = positionals;
@@ -87,13 +90,13 @@ try {
   emit({ event: 'tools', names: tools.map((tool) => tool.name) });
 
   const counted = await client.callTool(
-    { name: 'count', arguments: { n: Number(n), interval_ms: Number(opts['interval-ms']) } },
+    { name: opts.tool, arguments: { n: Number(n), interval_ms: Number(opts['interval-ms']) } },
     {
       onprogress: (p) => emit({ event: 'progress', progress: p.progress, total: p.total }),
       resetTimeoutOnProgress: true,
     },
   );
-  emit({ event: 'result', text: firstText('count', counted) });
+  emit({ event: 'result', text: firstText(opts.tool, counted) });
 
   if (opts.elicit) {
     const elicited = await client.callTool({ name: ELICIT_TOOL, arguments: {} });

@@ -1056,3 +1056,77 @@ async fn on_two_nodes_a_call_posted_to_the_node_without_the_child_completes_once
     );
     assert!(children_of(b.pid(), "server.py").is_empty(), "none on B");
 }
+
+/// The TypeScript SDK v2 client's JSON lines: the version it settled on, the tools it
+/// listed, its progress values and its result text.
+async fn ts_v2(url: &str, n: u64, extra: &[&str]) -> (String, Vec<String>, Vec<u64>, String) {
+    let command = peers::ts_client_2026(url, n).unwrap().with_args(
+        ["--tool", "py_count", "--interval-ms", "10"]
+            .iter()
+            .chain(extra)
+            .map(|s| (*s).to_owned()),
+    );
+    let output = command.run(Duration::from_secs(90)).await.unwrap();
+    let context = format!("{command}\n{}\n{}", output.stdout, output.stderr);
+    assert!(output.status.success(), "{context}");
+    let lines: Vec<Value> = output
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("{line}\n{context}")))
+        .collect();
+    let event = |name: &'static str| lines.iter().filter(move |line| line["event"] == name);
+    let version = event("connected").next().expect(&context)["protocolVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let tools = event("tools").next().expect(&context)["names"]
+        .as_array()
+        .expect(&context)
+        .iter()
+        .filter_map(|name| name.as_str().map(str::to_owned))
+        .collect();
+    let progress = event("progress")
+        .map(|line| line["progress"].as_u64().expect(&context))
+        .collect();
+    let result = event("result").next().expect(&context)["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (version, tools, progress, result)
+}
+
+/// The TypeScript SDK v2 client through the federation: pinned to 2026-07-28 it lists the
+/// merged tools and counts through the Python upstream; in `auto` mode against a gateway
+/// whose `[serve]` says `eras = "legacy"` it takes a 2025 session, and through a proxy that
+/// truncates its streams every few events it gets every progress value once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_v2_client_counts_through_the_federation_in_both_eras() {
+    let n = 30;
+    let (_dir, path) = config_file(&format!("{}{}", py(""), ts(""))).unwrap();
+    let server = gateway(&path).await.unwrap();
+    let (version, tools, progress, result) = ts_v2(server.url(), n, &[]).await;
+    assert_eq!(version, "2026-07-28");
+    assert!(
+        tools.iter().any(|t| t == "py_count") && tools.iter().any(|t| t == "ts_echo"),
+        "{tools:?}"
+    );
+    assert_eq!(progress, (1..=n).collect::<Vec<_>>());
+    assert_eq!(result, format!("counted {n}"));
+
+    let text = format!("[serve]\neras = \"legacy\"\n\n{}{}", py(""), ts(""));
+    let (_legacy_dir, legacy_path) = config_file(&text).unwrap();
+    let legacy = gateway(&legacy_path).await.unwrap();
+    let plan =
+        FaultPlan::pass_through().with_truncate(TruncateFault::after_events(8).with_jitter(2));
+    let proxy = FaultProxy::start(legacy.addr(), plan).await.unwrap();
+    let (version, _, progress, result) = ts_v2(&proxy.url_for("/mcp"), n, &["--auto"]).await;
+    let context = proxy.report();
+    assert_eq!(version, "2025-11-25", "{context}");
+    assert_eq!(
+        progress,
+        (1..=n).collect::<Vec<_>>(),
+        "once each, in order: {context}"
+    );
+    assert_eq!(result, format!("counted {n}"), "{context}");
+    assert!(proxy.counters().truncations >= 1, "no cut: {context}");
+}
