@@ -49,6 +49,10 @@ struct Upstream {
     /// `command` upstreams: who shares a child, `session` (the default), `principal` or
     /// `shared`.
     children: Option<Spanned<Children>>,
+    /// `command` upstreams: children running at once at most.
+    max_children: Option<Spanned<usize>>,
+    /// Requests served at once at most.
+    max_in_flight: Option<Spanned<usize>>,
     /// `url` upstreams: headers sent on every request (an API key).
     #[serde(default)]
     headers: BTreeMap<String, String>,
@@ -229,6 +233,29 @@ fn parse(path: &Path, text: &str) -> Result<Loaded, UsageError> {
                 Children::Shared => ChildScope::Shared,
             };
         }
+        for (key, limit) in [
+            ("max_children", &upstream.max_children),
+            ("max_in_flight", &upstream.max_in_flight),
+        ] {
+            if let Some(limit) = limit
+                && *limit.get_ref() == 0
+            {
+                return Err(at.error(
+                    limit.span().start,
+                    format!("upstream {name:?}: `{key}` must be at least 1"),
+                ));
+            }
+        }
+        if let Some(max) = upstream.max_children {
+            let UpstreamServer::Command(server) = &mut config.server else {
+                return Err(at.error(
+                    max.span().start,
+                    format!("upstream {name:?}: `max_children` is for `command` upstreams"),
+                ));
+            };
+            server.max_children = Some(max.into_inner());
+        }
+        config.max_in_flight = upstream.max_in_flight.map(Spanned::into_inner);
         config.tools = NameFilter::new(upstream.allow_tools, upstream.deny_tools);
         config.prompts = NameFilter::new(upstream.allow_prompts, upstream.deny_prompts);
         name_lines.push((name, name_at));
@@ -521,6 +548,16 @@ headers = { "X-Api-Key" = "k" }
             ("[[upstream]\n", "gw.toml:1:", ""),
             (
                 "[[upstream]]\nname = \"r\"\nurl = \"http://x/mcp\"\nchildren = \"shared\"\n",
+                "gw.toml:4:",
+                "for `command` upstreams",
+            ),
+            (
+                "[[upstream]]\nname = \"a\"\ncommand = [\"x\"]\nmax_in_flight = 0\n",
+                "gw.toml:4:",
+                "at least 1",
+            ),
+            (
+                "[[upstream]]\nname = \"r\"\nurl = \"http://x/mcp\"\nmax_children = 2\n",
                 "gw.toml:4:",
                 "for `command` upstreams",
             ),

@@ -1130,3 +1130,63 @@ async fn the_typescript_sdk_v2_client_counts_through_the_federation_in_both_eras
     assert_eq!(result, format!("counted {n}"), "{context}");
     assert!(proxy.counters().truncations >= 1, "no cut: {context}");
 }
+
+/// Limits per upstream: `max_in_flight = 1` refuses a second call while the first runs, with
+/// -32603 and `data.reason` `busy`, and serves the next once it ended; `max_children = 1`
+/// refuses a second session's child (that session's other upstreams serve it), until the
+/// first session ends and frees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_per_upstream_refuse_as_busy_and_free_up() {
+    let text = format!("{}{}", py("max_in_flight = 1\nmax_children = 1"), ts(""));
+    let (_dir, path) = config_file(&text).unwrap();
+    let server = gateway(&path).await.unwrap();
+    let a = connect(&server, ProtocolChoice::Legacy).await.unwrap();
+    let long = a
+        .request(
+            "tools/call",
+            Some(json!({"name": "py_count", "arguments": {"n": 10, "interval_ms": 100}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = call(&a, "py_count", json!({"n": 1, "interval_ms": 0}))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused["code"], -32603, "{refused}");
+    assert_eq!(refused["data"]["reason"], "busy", "{refused}");
+    let Response::Result(done) = long.response().await.unwrap() else {
+        panic!("the first call was answered");
+    };
+    assert_eq!(text_of(&done.result), "counted 10");
+    let counted = call(&a, "py_count", json!({"n": 1, "interval_ms": 0}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&counted.unwrap()), "counted 1", "free again");
+
+    // A second session: `py` has its one child already, `ts` serves it.
+    let b = connect(&server, ProtocolChoice::Legacy).await.unwrap();
+    let refused = call(&b, "py_count", json!({"n": 1, "interval_ms": 0}))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused["data"]["reason"], "busy", "{refused}");
+    let echoed = call(&b, "ts_echo", json!({"message": "b"})).await.unwrap();
+    assert_eq!(text_of(&echoed.unwrap()), "Echo: b");
+    a.close().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let counted = loop {
+        let answer = call(&b, "py_count", json!({"n": 1, "interval_ms": 0}))
+            .await
+            .unwrap();
+        if answer.is_ok() || tokio::time::Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        text_of(&counted.unwrap()),
+        "counted 1",
+        "the child freed by a's end"
+    );
+}

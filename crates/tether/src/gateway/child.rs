@@ -29,6 +29,12 @@ pub(super) fn gateway_error(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(INTERNAL_ERROR, message)
 }
 
+/// The error for a request refused because a limit (`max_children`, `max_in_flight`) is
+/// reached: `data.reason` `busy`, so a client can tell it from a failure and try later.
+pub(super) fn busy(message: impl Into<String>) -> ErrorObject {
+    gateway_error(message).with_data(json!({"reason": "busy"}))
+}
+
 /// The error for a request of a child that failed for reason `why`.
 pub(super) fn failed(why: &str) -> ErrorObject {
     gateway_error(format!("the stdio server failed: {why}"))

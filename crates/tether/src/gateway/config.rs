@@ -82,6 +82,9 @@ pub struct GatewayConfig {
     /// progress tokens are the gateway's (as for 2026-07-28 requests), and what it says
     /// outside any request has no session to go to and is dropped.
     pub children: ChildScope,
+    /// Children running at once at most (checked as each starts); a request that would
+    /// start one more is refused with -32603 and `data.reason` `busy`. `None`: no bound.
+    pub max_children: Option<usize>,
 }
 
 impl GatewayConfig {
@@ -93,6 +96,7 @@ impl GatewayConfig {
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             children: ChildScope::Session,
+            max_children: None,
         }
     }
 }
@@ -232,6 +236,9 @@ pub struct UpstreamConfig {
     pub tools: NameFilter,
     /// Which prompts callers see and may get.
     pub prompts: NameFilter,
+    /// Requests it serves at once at most; one more is refused with -32603 and
+    /// `data.reason` `busy`. `None`: no bound.
+    pub max_in_flight: Option<usize>,
 }
 
 impl UpstreamConfig {
@@ -247,6 +254,7 @@ impl UpstreamConfig {
             server: UpstreamServer::Command(GatewayConfig::new(program, args)),
             tools: NameFilter::default(),
             prompts: NameFilter::default(),
+            max_in_flight: None,
         }
     }
 
@@ -259,6 +267,7 @@ impl UpstreamConfig {
             server: UpstreamServer::Url(remote),
             tools: NameFilter::default(),
             prompts: NameFilter::default(),
+            max_in_flight: None,
         }
     }
 

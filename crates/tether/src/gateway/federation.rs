@@ -32,7 +32,7 @@
 //! logs of a child reach the caller through the request they belong to, as in one gateway.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
@@ -44,7 +44,7 @@ use tether_proto::jsonrpc::{ErrorObject, Notification, Request};
 use crate::lock;
 use crate::server::{Handler, PartStatus, RequestContext, ServerInfo, SessionContext, TaskSupport};
 
-use super::child::gateway_error;
+use super::child::{busy, gateway_error};
 use super::config::{FederationConfig, UpstreamConfig, UpstreamServer};
 use super::merge::{decode_cursor, encode_cursor, federated_info};
 use super::stdio_gateway::StdioGateway;
@@ -109,6 +109,17 @@ struct Member {
     /// Requests it answered with a result, and with an error.
     answered: AtomicU64,
     failed: AtomicU64,
+    /// Requests it is serving now.
+    in_flight: AtomicUsize,
+}
+
+/// One request counted in [`Member::in_flight`] until dropped (answered or cancelled).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for Member {
@@ -153,6 +164,7 @@ impl Member {
             gateway,
             answered: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -162,7 +174,14 @@ impl Member {
         request: Request,
         context: RequestContext,
     ) -> Result<Value, ErrorObject> {
-        let answer = self.gateway.handle_request(request, context).await;
+        let held = self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _counted = InFlight(&self.in_flight);
+        let answer = match self.config.max_in_flight {
+            Some(max) if held >= max => Err(self.blame(busy(format!(
+                "{max} requests in flight already, the most allowed"
+            )))),
+            _ => self.gateway.handle_request(request, context).await,
+        };
         let counter = if answer.is_ok() {
             &self.answered
         } else {

@@ -15,7 +15,7 @@ use tether_proto::version::ProtocolVersion;
 use crate::lock;
 use crate::server::{Handler, PartStatus, RequestContext, ServerInfo, SessionContext, TaskSupport};
 
-use super::child::{Child, Owner, gateway_error};
+use super::child::{Child, Owner, busy, gateway_error};
 use super::config::{ChildScope, GatewayConfig, Launch};
 
 /// The gateway [`Handler`]; see the module docs.
@@ -91,6 +91,13 @@ impl StdioGateway {
         handshake: &Request,
         negotiated: Option<ProtocolVersion>,
     ) -> Result<(Arc<Child>, Value), ErrorObject> {
+        if let Some(max) = self.config.max_children
+            && self.running() >= max
+        {
+            return Err(busy(format!(
+                "{max} stdio servers are running already, the most allowed"
+            )));
+        }
         let started = async {
             let shown = owner.to_string();
             let child = Child::spawn(&self.launch, &self.config, owner).map_err(|error| {
