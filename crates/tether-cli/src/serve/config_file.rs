@@ -125,8 +125,15 @@ impl Located<'_> {
 
 /// Reads and checks the config file at `path`.
 pub(crate) fn load(path: &Path) -> Result<Loaded, UsageError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| UsageError(format!("--config {}: {error}", path.display())))?;
+    contents(path, std::fs::read(path))
+}
+
+/// [`load`] of what reading `path` gave (a reload has read it already, to see it changed).
+pub(crate) fn contents(path: &Path, read: std::io::Result<Vec<u8>>) -> Result<Loaded, UsageError> {
+    let bytes =
+        read.map_err(|error| UsageError(format!("--config {}: {error}", path.display())))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|error| UsageError(format!("--config {}: not UTF-8: {error}", path.display())))?;
     parse(path, &text)
 }
 

@@ -780,22 +780,22 @@ impl Reload {
         loop {
             let why = tokio::select! {
                 () = hangup.recv() => "SIGHUP",
-                _ = poll.tick() => {
-                    let now = tokio::fs::read(&self.path).await.ok();
-                    if now == seen {
-                        continue;
-                    }
-                    seen = now;
-                    "the file changed"
-                }
+                _ = poll.tick() => "the file changed",
             };
-            self.reload(why).await;
+            let read = tokio::fs::read(&self.path).await;
+            let now = read.as_ref().ok().cloned();
+            if why != "SIGHUP" && now == seen {
+                continue;
+            }
+            seen = now;
+            self.reload(why, read).await;
         }
     }
 
-    async fn reload(&mut self, why: &str) {
+    /// Reloads from `read`, what reading the file just gave.
+    async fn reload(&mut self, why: &str, read: std::io::Result<Vec<u8>>) {
         let file = self.path.display().to_string();
-        let loaded = match config_file::load(&self.path) {
+        let loaded = match config_file::contents(&self.path, read) {
             Ok(loaded) => loaded,
             Err(error) => {
                 error!(%file, why, %error, "config not reloaded; the upstreams in use are kept");

@@ -608,18 +608,17 @@ async fn bad_config_files_exit_2_naming_the_file_line_and_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_serve_table_sets_flags_and_the_command_line_wins() {
     let text = format!(
-        "[serve]\npath = \"/from-file\"\nstore = \"memory\"\nretry-ms = 700\n\n{}",
+        "[serve]\npath = \"/from-file\"\nstore = \"memory\"\n\n{}",
         py("")
     );
     let (_dir, path) = config_file(&text).unwrap();
-    let server = ServerSpec::tether_serve()
+    let spec = ServerSpec::tether_serve()
         .unwrap()
         .bind_arg(BindArg::Placeholders)
         .args(["--bind", "{bind}", "--config"])
-        .arg(&path)
-        .start()
-        .await
-        .unwrap();
+        .arg(&path);
+    let data_dir = spec.data_dir().unwrap().to_owned();
+    let server = spec.start().await.unwrap();
     assert!(server.url().ends_with("/from-file"), "{}", server.url());
     let client = connect(&server, ProtocolChoice::Legacy).await.unwrap();
     assert!(
@@ -629,6 +628,8 @@ async fn the_serve_table_sets_flags_and_the_command_line_wins() {
             .iter()
             .any(|n| n == "py_count")
     );
+    // `store = "memory"`: the default SQLite file was never made.
+    assert!(!data_dir.join("tether.db").exists(), "the store is memory");
     drop(client);
     drop(server);
     let server = ServerSpec::tether_serve()
